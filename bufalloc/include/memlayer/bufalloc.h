@@ -1,0 +1,199 @@
+/* memlayer/bufalloc.h — the C API of memlayer's region allocators.
+ *
+ * For C drivers (PoCL's among them) that manage a device's memory spaces:
+ *
+ *   ml_region: the global-space allocator. Hands out address ranges of one
+ *              contiguous space [base, base + size) in O(1), coalesces on
+ *              free, never reports full while a fitting free block exists,
+ *              and has no limit on live blocks.
+ *   ml_linear: the local-space allocator. A stack for one kernel launch's
+ *              local buffers: O(1) aligned bump allocation, mark/rollback,
+ *              reset.
+ *
+ * Both are bookkeeping only: they never read or write the managed space, so
+ * it may be device memory the host cannot touch. Addresses and sizes are
+ * 64-bit integers in that space.
+ *
+ * Errors: every fallible function returns an ml_status (ML_OK = 0) and
+ * writes its result through an out-pointer only on success. On failure,
+ * ml_last_error_message() describes the failure with its figures (the
+ * request, free bytes, largest free block...). Nothing is ever left half-done:
+ * a failed call changes no state except the failed-request counter.
+ *
+ * Thread-safety: each function's note says. In short: an ml_region created
+ * with ML_REGION_THREAD_SAFE may be used from any number of threads at once
+ * (one mutex per region, held for each call); without the flag, and for
+ * ml_linear, one thread at a time. create/destroy are never concurrent with
+ * other calls on the same object. ml_last_error_message() is per thread.
+ *
+ * Host memory: the bookkeeping grows on the host as blocks are made; if the
+ * host runs out, the call fails with ML_ERROR_HOST_OUT_OF_MEMORY.
+ */
+#ifndef MEMLAYER_BUFALLOC_H
+#define MEMLAYER_BUFALLOC_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. Values match memlayer::bufalloc::Errc and never change. */
+typedef enum ml_status {
+  ML_OK = 0,
+  ML_ERROR_ZERO_SIZE = 1,                    /* a request of 0 bytes */
+  ML_ERROR_SIZE_OVERFLOW = 2,                /* size rounded to the granularity exceeds 2^64-1 */
+  ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO = 3,   /* alignment neither 0 nor a power of two */
+  ML_ERROR_ALIGNMENT_OVERFLOW = 4,           /* size + alignment padding exceeds 2^64-1 */
+  ML_ERROR_OUT_OF_MEMORY = 5,                /* no free block can hold the request */
+  ML_ERROR_ADDRESS_OUTSIDE_REGION = 6,       /* free: address not in the region */
+  ML_ERROR_NOT_BLOCK_START = 7,              /* free: address inside a live block */
+  ML_ERROR_DOUBLE_FREE = 8,                  /* free: address in free space */
+  ML_ERROR_REGION_EMPTY = 9,                 /* create: usable size is 0 */
+  ML_ERROR_REGION_WRAPS = 10,                /* create: base + size exceeds 2^64-1 */
+  ML_ERROR_GRANULARITY_NOT_POWER_OF_TWO = 11,/* create: bad granularity */
+  ML_ERROR_MISALIGNED_BASE = 12,             /* create: base not a multiple of the granularity */
+  ML_ERROR_STALE_MARK = 13,                  /* rollback: mark no longer valid */
+  ML_ERROR_INVARIANT_VIOLATION = 14,         /* check: bookkeeping inconsistent (a bug) */
+  ML_ERROR_INVALID_ARGUMENT = 15,            /* a required pointer argument is NULL */
+  ML_ERROR_HOST_OUT_OF_MEMORY = 16           /* the host could not grow the bookkeeping */
+} ml_status;
+
+/* The fixed name of a status ("ML_ERROR_OUT_OF_MEMORY"); "ML_UNKNOWN_STATUS"
+ * for values not listed above. O(1). Thread-safe. */
+const char* ml_status_name(ml_status status);
+
+/* A description of the last failure of an ml_* call on the calling thread,
+ * with its figures, e.g. "out_of_memory: request of 4096 bytes (alignment 64)
+ * failed; 1024 bytes free, largest free block 512 bytes". "" when no call on
+ * this thread has failed. The pointer stays valid until the next ml_* call on
+ * this thread. O(1). Thread-safe (thread-local). */
+const char* ml_last_error_message(void);
+
+/* ------------------------------------------------------------------------ */
+/* ml_region: the global-space allocator                                    */
+
+typedef struct ml_region ml_region;
+
+/* Flags for ml_region_create. */
+#define ML_REGION_THREAD_SAFE 1u /* guard every call with the region's mutex */
+
+typedef struct ml_region_stats {
+  uint64_t total_bytes;     /* usable size: size rounded down to granularity */
+  uint64_t used_bytes;      /* bytes in live blocks */
+  uint64_t free_bytes;      /* total_bytes - used_bytes */
+  uint64_t largest_free;    /* size of the largest free block */
+  uint64_t peak_used_bytes; /* highest used_bytes since create */
+  uint64_t live_blocks;     /* blocks allocated and not freed */
+  uint64_t free_blocks;     /* free blocks (holes) after coalescing */
+  uint64_t failed_requests; /* allocations that returned OUT_OF_MEMORY */
+  uint64_t slow_searches;   /* allocations that needed the fallback search */
+  double fragmentation;     /* 1 - largest_free / free_bytes; 0 if nothing free */
+} ml_region_stats;
+
+/* Creates a region managing [base, base + size). Every block address and size
+ * is a multiple of `granularity` (a power of two, e.g. the device's base
+ * address alignment); base must be a multiple of it; the usable size is size
+ * rounded down to it. flags: 0 or ML_REGION_THREAD_SAFE.
+ * Errors: INVALID_ARGUMENT (out NULL), GRANULARITY_NOT_POWER_OF_TWO,
+ * MISALIGNED_BASE, REGION_WRAPS, REGION_EMPTY, HOST_OUT_OF_MEMORY.
+ * O(1). Thread-safe. */
+ml_status ml_region_create(uint64_t base, uint64_t size, uint64_t granularity, uint32_t flags,
+                           ml_region** out);
+
+/* Destroys a region and its bookkeeping (the managed space is not touched).
+ * NULL is ignored. No other call on the region may be running. O(blocks). */
+void ml_region_destroy(ml_region* region);
+
+/* Reserves `size` bytes at a multiple of `alignment` and writes the address to
+ * *out_address. alignment 0 means the granularity; any power of two is
+ * accepted. size is rounded up to the granularity.
+ * Errors: INVALID_ARGUMENT, ZERO_SIZE, SIZE_OVERFLOW,
+ * ALIGNMENT_NOT_POWER_OF_TWO, ALIGNMENT_OVERFLOW, OUT_OF_MEMORY (only when no
+ * free block fits), HOST_OUT_OF_MEMORY.
+ * O(1) in the number of live blocks; when the O(1) search fails, a fallback
+ * best-fit scan of the request's size classes. Thread-safe with
+ * ML_REGION_THREAD_SAFE. */
+ml_status ml_region_alloc(ml_region* region, uint64_t size, uint64_t alignment, uint64_t* out_address);
+
+/* Frees the block that starts at `address`, coalescing it with free
+ * neighbours. Errors (nothing changes): INVALID_ARGUMENT,
+ * ADDRESS_OUTSIDE_REGION, NOT_BLOCK_START, DOUBLE_FREE.
+ * O(1) on success; O(blocks) on the error path. Thread-safe with
+ * ML_REGION_THREAD_SAFE. */
+ml_status ml_region_free(ml_region* region, uint64_t address);
+
+/* Frees every block at once (peak and failed-request counters are kept).
+ * Errors: INVALID_ARGUMENT. O(blocks). Thread-safe with ML_REGION_THREAD_SAFE. */
+ml_status ml_region_reset(ml_region* region);
+
+/* Writes the region's statistics to *out. Errors: INVALID_ARGUMENT.
+ * O(1) (after the largest free block changed, one size class is rescanned).
+ * Thread-safe with ML_REGION_THREAD_SAFE. */
+ml_status ml_region_get_stats(const ml_region* region, ml_region_stats* out);
+
+/* Calls visit(user, address, size, is_free) for every block in ascending
+ * address order; the blocks tile the usable space. The callback must not call
+ * into the same region. Errors: INVALID_ARGUMENT. O(blocks).
+ * Thread-safe with ML_REGION_THREAD_SAFE (the mutex is held during the walk). */
+typedef void (*ml_block_visitor)(void* user, uint64_t address, uint64_t size, int is_free);
+ml_status ml_region_walk(const ml_region* region, ml_block_visitor visit, void* user);
+
+/* Verifies every invariant of the bookkeeping (tiling, no adjacent free
+ * blocks, size-class index, counters, address index). Returns
+ * INVARIANT_VIOLATION naming the broken rule in ml_last_error_message().
+ * For tests and debugging. O(blocks). Thread-safe with ML_REGION_THREAD_SAFE. */
+ml_status ml_region_check(const ml_region* region);
+
+/* ------------------------------------------------------------------------ */
+/* ml_linear: the local-space allocator                                     */
+
+typedef struct ml_linear ml_linear;
+
+/* A point to roll back to; opaque to callers. */
+typedef struct ml_linear_mark {
+  uint64_t top;
+  uint64_t owner;
+} ml_linear_mark;
+
+typedef struct ml_linear_stats {
+  uint64_t total_bytes;
+  uint64_t used_bytes;      /* base to top, padding included */
+  uint64_t peak_used_bytes;
+  uint64_t allocations;
+  uint64_t failed_requests;
+} ml_linear_stats;
+
+/* Creates a stack allocator over [base, base + size).
+ * Errors: INVALID_ARGUMENT, REGION_EMPTY (size 0), REGION_WRAPS,
+ * HOST_OUT_OF_MEMORY. O(1). Thread-safe. */
+ml_status ml_linear_create(uint64_t base, uint64_t size, ml_linear** out);
+
+/* Destroys it; NULL is ignored. O(1). */
+void ml_linear_destroy(ml_linear* linear);
+
+/* The next `size` bytes at a multiple of `alignment` (0 means 1).
+ * Errors: INVALID_ARGUMENT, ZERO_SIZE, ALIGNMENT_NOT_POWER_OF_TWO,
+ * OUT_OF_MEMORY. O(1). One thread at a time. */
+ml_status ml_linear_alloc(ml_linear* linear, uint64_t size, uint64_t alignment, uint64_t* out_address);
+
+/* Records the current top in *out. Errors: INVALID_ARGUMENT. O(1). */
+ml_status ml_linear_mark_get(const ml_linear* linear, ml_linear_mark* out);
+
+/* Releases everything allocated since `mark`. Errors: INVALID_ARGUMENT,
+ * STALE_MARK (another allocator's mark, one from before a reset, or one above
+ * the top after an earlier rollback). O(1). One thread at a time. */
+ml_status ml_linear_rollback(ml_linear* linear, ml_linear_mark mark);
+
+/* Releases everything and invalidates all marks. Errors: INVALID_ARGUMENT.
+ * O(1). One thread at a time. */
+ml_status ml_linear_reset(ml_linear* linear);
+
+/* Writes the statistics to *out. Errors: INVALID_ARGUMENT. O(1). */
+ml_status ml_linear_get_stats(const ml_linear* linear, ml_linear_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMLAYER_BUFALLOC_H */

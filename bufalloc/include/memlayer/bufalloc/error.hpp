@@ -1,0 +1,101 @@
+// memlayer/bufalloc/error.hpp — the typed errors of bufalloc and the Result
+// type every fallible bufalloc call returns.
+//
+// bufalloc never throws and never aborts on bad input: each failure is a
+// named `Errc` plus the figures needed to explain it (the request, the free
+// bytes, the largest free block, the offending address). `Error::message()`
+// renders those into one line for logs and for the C API.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace memlayer::bufalloc {
+
+/// An address inside a managed space. The space may be device memory the host
+/// cannot touch: bufalloc only does arithmetic on these numbers.
+using Address = std::uint64_t;
+/// A byte count inside a managed space.
+using Size = std::uint64_t;
+
+/// Every way a bufalloc call can fail. The numeric values are stable: the C
+/// API (memlayer/bufalloc.h) exposes them as `ml_status`.
+enum class Errc : int {
+  ok = 0,
+  zero_size = 1,                  ///< allocate(0): no zero-byte blocks
+  size_overflow = 2,              ///< size rounded up to the granularity exceeds 2^64-1
+  alignment_not_power_of_two = 3, ///< alignment is not 0 and not a power of two
+  alignment_overflow = 4,         ///< size plus alignment padding exceeds 2^64-1
+  out_of_memory = 5,              ///< no free block can hold the request
+  address_outside_region = 6,     ///< free(): address not in [base, base + size)
+  not_block_start = 7,            ///< free(): address is inside a live block, not its start
+  double_free = 8,                ///< free(): address lies in free space (freed twice, or never allocated)
+  region_empty = 9,               ///< create(): usable size is 0 (size < granularity)
+  region_wraps = 10,              ///< create(): base + size exceeds 2^64-1
+  granularity_not_power_of_two = 11, ///< create(): granularity is 0 or not a power of two
+  misaligned_base = 12,           ///< create(): base is not a multiple of the granularity
+  stale_mark = 13,                ///< LinearRegion::rollback() with a mark that is no longer valid
+  invariant_violation = 14,       ///< check(): the bookkeeping is inconsistent (a bug)
+  invalid_argument = 15,          ///< C API: a null pointer where an object is required
+  host_out_of_memory = 16,        ///< C API: the host could not grow the bookkeeping
+};
+
+/// The short, fixed name of an error code ("out_of_memory", ...).
+/// Complexity O(1); thread-safe.
+const char* errc_name(Errc code) noexcept;
+
+/// A failure with the figures that explain it. Trivially copyable on purpose:
+/// it travels inside Result<> on the hot path without allocating.
+struct Error {
+  Errc code = Errc::ok;
+  Size size = 0;          ///< the requested size (allocation errors)
+  Size alignment = 0;     ///< the requested alignment (allocation errors)
+  Address address = 0;    ///< the offending address (free errors), or the base (create errors)
+  Size free_bytes = 0;    ///< free bytes in the region when the request failed
+  Size largest_free = 0;  ///< largest free block when the request failed
+
+  /// One line naming the problem with its figures, e.g.
+  /// "out_of_memory: request of 4096 bytes (alignment 64) failed; 1024 bytes
+  /// free, largest free block 512 bytes". Allocates; call it off the hot path.
+  [[nodiscard]] std::string message() const;
+};
+
+/// Either a value or an Error. Small and trivially copyable for the scalar
+/// types bufalloc returns (Address), so returning one costs no allocation.
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Error error) : error_(error) {}         // NOLINT: implicit by design
+  // T need not be default-constructible (Region is not), hence the optional.
+
+  [[nodiscard]] bool ok() const noexcept { return error_.code == Errc::ok; }
+  explicit operator bool() const noexcept { return ok(); }
+  /// The value. Precondition: ok().
+  [[nodiscard]] const T& value() const& noexcept { return *value_; }
+  [[nodiscard]] T& value() & noexcept { return *value_; }
+  [[nodiscard]] T&& value() && noexcept { return std::move(*value_); }
+  /// The error; code == Errc::ok when ok().
+  [[nodiscard]] const Error& error() const noexcept { return error_; }
+
+ private:
+  std::optional<T> value_;
+  Error error_{};
+};
+
+template <>
+class [[nodiscard]] Result<void> {
+ public:
+  Result() = default;
+  Result(Error error) : error_(error) {}  // NOLINT: implicit by design
+  [[nodiscard]] bool ok() const noexcept { return error_.code == Errc::ok; }
+  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] const Error& error() const noexcept { return error_; }
+
+ private:
+  Error error_{};
+};
+
+}  // namespace memlayer::bufalloc
