@@ -1,0 +1,298 @@
+// Region's contracts on valid input: placement, alignment, coalescing, the
+// "never full while a fitting block exists" guarantee, statistics, walk, reset.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "memlayer/bufalloc/region.hpp"
+
+using namespace memlayer::bufalloc;
+
+namespace {
+
+Region make(Address base, Size size, Size granularity = 64) {
+  auto r = Region::create(base, size, RegionOptions{granularity});
+  EXPECT_TRUE(r.ok()) << r.error().message();
+  return std::move(r).value();
+}
+
+std::vector<BlockInfo> blocks(const Region& r) {
+  std::vector<BlockInfo> out;
+  r.walk([&](const BlockInfo& b) { out.push_back(b); });
+  return out;
+}
+
+void expect_consistent(const Region& r) {
+  std::string what;
+  EXPECT_TRUE(r.check(&what).ok()) << what;
+}
+
+}  // namespace
+
+TEST(Region, CreateReportsGeometryAndOneFreeBlock) {
+  Region r = make(4096, 1 << 20);
+  EXPECT_EQ(r.base(), 4096u);
+  EXPECT_EQ(r.size(), 1u << 20);
+  EXPECT_EQ(r.granularity(), 64u);
+  const RegionStats s = r.stats();
+  EXPECT_EQ(s.total_bytes, 1u << 20);
+  EXPECT_EQ(s.free_bytes, 1u << 20);
+  EXPECT_EQ(s.largest_free, 1u << 20);
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.live_blocks, 0u);
+  EXPECT_EQ(s.free_blocks, 1u);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 0.0);
+  expect_consistent(r);
+}
+
+TEST(Region, UsableSizeIsRoundedDownToGranularity) {
+  Region r = make(0, 1000, 64);
+  EXPECT_EQ(r.size(), 960u);
+  EXPECT_EQ(r.stats().total_bytes, 960u);
+  expect_consistent(r);
+}
+
+TEST(Region, AllocationsAreInsideDisjointAndRounded) {
+  Region r = make(1 << 16, 1 << 20);
+  std::vector<std::pair<Address, Size>> got;
+  for (Size size : {1u, 63u, 64u, 65u, 1000u, 4096u, 12345u}) {
+    auto a = r.allocate(size);
+    ASSERT_TRUE(a.ok()) << a.error().message();
+    EXPECT_EQ(a.value() % 64, 0u);
+    EXPECT_GE(a.value(), r.base());
+    EXPECT_LE(a.value() + size, r.base() + r.size());
+    got.emplace_back(a.value(), (size + 63) / 64 * 64);
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t j = i + 1; j < got.size(); ++j)
+      EXPECT_TRUE(got[i].first + got[i].second <= got[j].first || got[j].first + got[j].second <= got[i].first);
+  Size used = 0;
+  for (auto& [a, s] : got) used += s;
+  EXPECT_EQ(r.stats().used_bytes, used);
+  EXPECT_EQ(r.stats().live_blocks, got.size());
+  expect_consistent(r);
+}
+
+TEST(Region, AlignmentZeroOrSmallMeansGranularity) {
+  Region r = make(0, 1 << 20, 256);
+  for (Size align : {0u, 1u, 2u, 128u, 256u}) {
+    auto a = r.allocate(10, align);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a.value() % 256, 0u) << "alignment " << align;
+  }
+}
+
+TEST(Region, LargeAlignmentIsHonouredAndPaddingStaysUsable) {
+  Region r = make(0, 1 << 20, 64);
+  ASSERT_TRUE(r.allocate(64).ok());  // occupies [0, 64): the next 4 KiB boundary needs padding
+  auto big = r.allocate(100, 4096);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big.value() % 4096, 0u);
+  EXPECT_EQ(big.value(), 4096u);
+  // The padding [64, 4096) is a free block, not waste: 63 more 64 B blocks fit there.
+  for (int i = 0; i < 63; ++i) {
+    auto a = r.allocate(64);
+    ASSERT_TRUE(a.ok());
+    EXPECT_LT(a.value(), 4096u) << "padding was not reused";
+  }
+  expect_consistent(r);
+}
+
+TEST(Region, AlignmentBeyondRegionBaseAlignment) {
+  // Base aligned only to 64; a 1 MiB alignment must still be met exactly.
+  Region r = make(64, 4u << 20, 64);
+  auto a = r.allocate(64, 1u << 20);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.value() % (1u << 20), 0u);
+  expect_consistent(r);
+}
+
+TEST(Region, FillsToTheLastByte) {
+  Region r = make(0, 64 * 1000, 64);
+  std::vector<Address> got;
+  for (int i = 0; i < 1000; ++i) {
+    auto a = r.allocate(64);
+    ASSERT_TRUE(a.ok()) << "block " << i << ": " << a.error().message();
+    got.push_back(a.value());
+  }
+  EXPECT_EQ(r.allocate(1).error().code, Errc::out_of_memory);
+  EXPECT_EQ(r.stats().free_bytes, 0u);
+  for (Address a : got) ASSERT_TRUE(r.free(a).ok());
+  EXPECT_EQ(r.stats().free_blocks, 1u);
+  EXPECT_EQ(r.stats().largest_free, r.size());
+  expect_consistent(r);
+}
+
+TEST(Region, FreeCoalescesWithBothNeighbours) {
+  Region r = make(0, 64 * 4, 64);
+  Address a = r.allocate(64).value(), b = r.allocate(64).value(), c = r.allocate(64).value();
+  ASSERT_TRUE(r.free(a).ok());
+  ASSERT_TRUE(r.free(c).ok());
+  EXPECT_EQ(r.stats().free_blocks, 2u);  // [a] and [c + tail]
+  ASSERT_TRUE(r.free(b).ok());
+  EXPECT_EQ(r.stats().free_blocks, 1u);
+  EXPECT_EQ(r.stats().largest_free, 256u);
+  auto bl = blocks(r);
+  ASSERT_EQ(bl.size(), 1u);
+  EXPECT_TRUE(bl[0].free);
+  expect_consistent(r);
+}
+
+TEST(Region, NeverFullWhileAFittingBlockExists) {
+  // 65 granules sits in a class whose sizes step by 2, so the O(1) search for
+  // 65 rounds up to 66 and misses the exact 65-granule hole. The fallback must
+  // find it.
+  Region r = make(0, 64 * 66, 64);
+  Address a = r.allocate(64 * 65).value();
+  ASSERT_TRUE(r.allocate(64).ok());
+  ASSERT_TRUE(r.free(a).ok());
+  const auto before = r.stats().slow_searches;
+  auto again = r.allocate(64 * 65);
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(again.value(), a);
+  EXPECT_EQ(r.stats().slow_searches, before + 1);
+  EXPECT_EQ(r.stats().failed_requests, 0u);
+  expect_consistent(r);
+}
+
+TEST(Region, FallbackUsesRealAlignmentPadding) {
+  // A 64-byte hole at 1024 already aligned to 1024: the O(1) search wants a
+  // block of 64 + 960 worst-case padding and finds none; the hole still fits.
+  Region r = make(0, 4096, 64);
+  std::vector<Address> all;
+  for (int i = 0; i < 64; ++i) all.push_back(r.allocate(64).value());
+  ASSERT_TRUE(r.free(1024).ok());
+  auto a = r.allocate(64, 1024);
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  EXPECT_EQ(a.value(), 1024u);
+  expect_consistent(r);
+}
+
+TEST(Region, BestFitChosenByFallback) {
+  // Holes of 135 and 133 granules share the class [132, 136). A request for
+  // 133 rounds up to 136 and misses the O(1) path; the fallback must take the
+  // exact 133-granule hole rather than split the 135 one.
+  Region r = make(0, 64 * (135 + 1 + 133 + 1), 64);
+  Address h135 = r.allocate(64 * 135).value();
+  ASSERT_TRUE(r.allocate(64).ok());
+  Address h133 = r.allocate(64 * 133).value();
+  ASSERT_TRUE(r.allocate(64).ok());
+  ASSERT_TRUE(r.free(h135).ok());
+  ASSERT_TRUE(r.free(h133).ok());
+  const auto slow_before = r.stats().slow_searches;
+  auto a = r.allocate(64 * 133);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.value(), h133);
+  EXPECT_EQ(r.stats().slow_searches, slow_before + 1);
+  EXPECT_EQ(r.stats().largest_free, 64u * 135);
+  expect_consistent(r);
+}
+
+TEST(Region, StatisticsTrackUsePeakAndFragmentation) {
+  Region r = make(0, 64 * 100, 64);
+  std::vector<Address> got;
+  for (int i = 0; i < 10; ++i) got.push_back(r.allocate(640).value());
+  EXPECT_EQ(r.stats().used_bytes, 6400u);
+  EXPECT_EQ(r.stats().peak_used_bytes, 6400u);
+  for (int i = 0; i < 10; i += 2) ASSERT_TRUE(r.free(got[i]).ok());
+  const RegionStats s = r.stats();
+  EXPECT_EQ(s.used_bytes, 3200u);
+  EXPECT_EQ(s.peak_used_bytes, 6400u);
+  EXPECT_EQ(s.live_blocks, 5u);
+  EXPECT_EQ(s.free_blocks, 5u);
+  EXPECT_EQ(s.largest_free, 640u);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0 - 640.0 / 3200.0);
+  EXPECT_EQ(r.allocate(641).error().code, Errc::out_of_memory);
+  EXPECT_EQ(r.stats().failed_requests, 1u);
+}
+
+TEST(Region, LargestFreeFollowsSplitsAndMerges) {
+  Region r = make(0, 64 * 64, 64);
+  Address a = r.allocate(64 * 32).value();
+  EXPECT_EQ(r.stats().largest_free, 64u * 32);
+  Address b = r.allocate(64 * 16).value();
+  EXPECT_EQ(r.stats().largest_free, 64u * 16);
+  ASSERT_TRUE(r.free(a).ok());
+  EXPECT_EQ(r.stats().largest_free, 64u * 32);
+  ASSERT_TRUE(r.free(b).ok());
+  EXPECT_EQ(r.stats().largest_free, 64u * 64);
+  expect_consistent(r);
+}
+
+TEST(Region, WalkTilesTheSpaceInAddressOrder) {
+  Region r = make(1024, 64 * 50, 64);
+  Address a = r.allocate(128).value();
+  ASSERT_TRUE(r.allocate(64).ok());
+  ASSERT_TRUE(r.free(a).ok());
+  auto bl = blocks(r);
+  ASSERT_EQ(bl.size(), 3u);
+  Address expect = r.base();
+  for (const auto& b : bl) {
+    EXPECT_EQ(b.address, expect);
+    expect += b.size;
+  }
+  EXPECT_EQ(expect, r.base() + r.size());
+  EXPECT_TRUE(bl[0].free);
+  EXPECT_FALSE(bl[1].free);
+  EXPECT_TRUE(bl[2].free);
+}
+
+TEST(Region, ResetFreesEverythingKeepsPeak) {
+  Region r = make(0, 1 << 20, 64);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(r.allocate(1000).ok());
+  const Size peak = r.stats().peak_used_bytes;
+  r.reset();
+  const RegionStats s = r.stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.live_blocks, 0u);
+  EXPECT_EQ(s.free_blocks, 1u);
+  EXPECT_EQ(s.peak_used_bytes, peak);
+  expect_consistent(r);
+  EXPECT_TRUE(r.allocate(1 << 20).ok());
+}
+
+TEST(Region, AddressesAtTheTopOfThe64BitSpace) {
+  const Address base = UINT64_MAX - (Size{1} << 20) + 1 - 4095;  // 4 KiB aligned
+  Region r = make(base & ~Address{4095}, Size{1} << 20, 4096);
+  auto a = r.allocate(Size{1} << 19);
+  ASSERT_TRUE(a.ok());
+  auto b = r.allocate(Size{1} << 19);
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  EXPECT_EQ(b.value() + (Size{1} << 19) - 1, r.base() + r.size() - 1);
+  EXPECT_EQ(r.allocate(1).error().code, Errc::out_of_memory);
+  ASSERT_TRUE(r.free(a.value()).ok());
+  ASSERT_TRUE(r.free(b.value()).ok());
+  expect_consistent(r);
+}
+
+TEST(Region, NoLimitOnLiveBlocks) {
+  // PoCL's bufalloc stops at 1024 chunk records per region; this must not.
+  constexpr int kBlocks = 200000;
+  Region r = make(0, Size{64} * kBlocks, 64);
+  std::vector<Address> got;
+  got.reserve(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) {
+    auto a = r.allocate(64);
+    ASSERT_TRUE(a.ok()) << i;
+    got.push_back(a.value());
+  }
+  EXPECT_EQ(r.stats().live_blocks, static_cast<std::uint64_t>(kBlocks));
+  expect_consistent(r);
+  // Free every other block (maximal fragmentation), then the rest.
+  for (int i = 0; i < kBlocks; i += 2) ASSERT_TRUE(r.free(got[i]).ok());
+  EXPECT_EQ(r.stats().free_blocks, static_cast<std::uint64_t>(kBlocks / 2));
+  expect_consistent(r);
+  for (int i = 1; i < kBlocks; i += 2) ASSERT_TRUE(r.free(got[i]).ok());
+  EXPECT_EQ(r.stats().free_blocks, 1u);
+  expect_consistent(r);
+}
+
+TEST(Region, MovedRegionKeepsItsBlocks) {
+  Region r = make(0, 1 << 16, 64);
+  Address a = r.allocate(100).value();
+  Region moved = std::move(r);
+  EXPECT_TRUE(moved.free(a).ok());
+  expect_consistent(moved);
+}
