@@ -16,7 +16,12 @@ foreach(f include/memlayer/bufalloc.h include/memlayer/bufalloc/region.hpp)
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
+set(flags "")
+if(SANITIZE)  # a sanitized library needs a sanitized link
+  set(flags "-fsanitize=${SANITIZE}")
+endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/consumer-build
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_C_COMPILER=${C})
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_C_COMPILER=${C}
+    -DCMAKE_EXE_LINKER_FLAGS=${flags})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
 run(${WORK_DIR}/consumer-build/consumer)

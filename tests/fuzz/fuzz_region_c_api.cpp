@@ -1,0 +1,147 @@
+// libFuzzer target for the C API. The input is a little program: a region
+// geometry, then operations (allocate, free a live block, free an arbitrary
+// address, reset, linear-allocator calls). After every operation the results
+// are checked against a reference set of live blocks and, regularly, against
+// the allocator's own invariant checker. Any disagreement traps.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+
+#include "memlayer/bufalloc.h"
+
+namespace {
+
+class Input {
+ public:
+  Input(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool empty() const { return pos_ >= size_; }
+  template <class T>
+  T take() {
+    T v{};
+    const std::size_t n = size_ - pos_ < sizeof(T) ? size_ - pos_ : sizeof(T);
+    std::memcpy(&v, data_ + pos_, n);
+    pos_ += n;
+    return v;
+  }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+[[noreturn]] void fail() { __builtin_trap(); }
+void require(bool ok) {
+  if (!ok) fail();
+}
+
+bool overlaps(const std::map<std::uint64_t, std::uint64_t>& live, std::uint64_t a, std::uint64_t size) {
+  auto next = live.lower_bound(a);
+  if (next != live.end() && next->first < a + size) return true;
+  if (next != live.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > a) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  Input in(data, size);
+  const std::uint64_t granularity = std::uint64_t{1} << (in.take<std::uint8_t>() % 13);
+  const std::uint64_t base = in.take<std::uint32_t>() * granularity;
+  const std::uint64_t region_size = in.take<std::uint32_t>() % (std::uint64_t{1} << 26);
+  const std::uint32_t flags = in.take<std::uint8_t>() & 1u;
+
+  ml_region* region = nullptr;
+  const ml_status made = ml_region_create(base, region_size, granularity, flags, &region);
+  if (made != ML_OK) {
+    require(region == nullptr && ml_last_error_message()[0] != '\0');
+    return 0;
+  }
+  ml_linear* linear = nullptr;
+  require(ml_linear_create(base, region_size == 0 ? 1 : region_size, &linear) == ML_OK);
+
+  std::map<std::uint64_t, std::uint64_t> live;  // address -> rounded size
+  ml_linear_mark mark{};
+  require(ml_linear_mark_get(linear, &mark) == ML_OK);
+  int steps = 0;
+  while (!in.empty()) {
+    const std::uint8_t op = in.take<std::uint8_t>();
+    switch (op % 6) {
+      case 0:
+      case 1: {  // allocate
+        const std::uint64_t want = in.take<std::uint16_t>() * (std::uint64_t{1} << (op >> 4));
+        const std::uint8_t a = in.take<std::uint8_t>();
+        const std::uint64_t align = a == 0 ? 0 : (a < 64 ? std::uint64_t{1} << a : a);
+        std::uint64_t addr = 0;
+        const ml_status s = ml_region_alloc(region, want, align, &addr);
+        if (s == ML_OK) {
+          const std::uint64_t rounded = (want + granularity - 1) / granularity * granularity;
+          require(want != 0 && addr % granularity == 0);
+          require(align == 0 || addr % align == 0);
+          require(addr >= base && addr - base + rounded <= region_size);
+          require(!overlaps(live, addr, rounded));
+          live[addr] = rounded;
+        } else {
+          require(s == ML_ERROR_ZERO_SIZE || s == ML_ERROR_OUT_OF_MEMORY || s == ML_ERROR_SIZE_OVERFLOW ||
+                  s == ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO || s == ML_ERROR_ALIGNMENT_OVERFLOW);
+        }
+        break;
+      }
+      case 2: {  // free a live block
+        if (live.empty()) break;
+        auto it = live.lower_bound(base + in.take<std::uint32_t>() % (region_size + 1));
+        if (it == live.end()) it = live.begin();
+        require(ml_region_free(region, it->first) == ML_OK);
+        live.erase(it);
+        break;
+      }
+      case 3: {  // free an arbitrary address: must fail unless it starts a live block
+        const std::uint64_t addr = base + in.take<std::uint32_t>() - 0x100;
+        const ml_status s = ml_region_free(region, addr);
+        if (live.count(addr) != 0) {
+          require(s == ML_OK);
+          live.erase(addr);
+        } else {
+          require(s == ML_ERROR_ADDRESS_OUTSIDE_REGION || s == ML_ERROR_NOT_BLOCK_START || s == ML_ERROR_DOUBLE_FREE);
+        }
+        break;
+      }
+      case 4: {  // reset, rarely
+        if (in.take<std::uint8_t>() < 8) {
+          require(ml_region_reset(region) == ML_OK);
+          live.clear();
+        }
+        break;
+      }
+      case 5: {  // the linear allocator
+        std::uint64_t addr = 0;
+        const std::uint8_t sub = in.take<std::uint8_t>();
+        if (sub % 4 == 0) {
+          require(ml_linear_mark_get(linear, &mark) == ML_OK);
+        } else if (sub % 4 == 1) {
+          const ml_status s = ml_linear_rollback(linear, mark);
+          require(s == ML_OK || s == ML_ERROR_STALE_MARK);
+        } else if (sub % 4 == 2 && sub > 250) {
+          require(ml_linear_reset(linear) == ML_OK);
+        } else {
+          const std::uint64_t align = std::uint64_t{1} << (sub % 16);
+          const ml_status s = ml_linear_alloc(linear, in.take<std::uint16_t>(), align, &addr);
+          if (s == ML_OK) require(addr % align == 0 && addr >= base);
+        }
+        break;
+      }
+    }
+    if (++steps % 16 == 0) require(ml_region_check(region) == ML_OK);
+  }
+  ml_region_stats st{};
+  require(ml_region_get_stats(region, &st) == ML_OK);
+  require(st.live_blocks == live.size());
+  require(ml_region_check(region) == ML_OK);
+  ml_linear_destroy(linear);
+  ml_region_destroy(region);
+  return 0;
+}
