@@ -26,7 +26,7 @@ LinearRegion::LinearRegion(Address base, Size size) noexcept : base_(base), size
 Result<Address> LinearRegion::allocate(Size size, Size alignment) {
   if (size == 0) return Error{Errc::zero_size, size, alignment};
   if (alignment == 0) alignment = 1;
-  if (!std::has_single_bit(alignment)) return Error{Errc::alignment_not_power_of_two, size, alignment};
+  if ((alignment & (alignment - 1)) != 0) return Error{Errc::alignment_not_power_of_two, size, alignment};
   // base_ + top_ <= base_ + size_ cannot overflow (checked at create).
   const Address cursor = base_ + top_;
   const Size pad = (0 - cursor) & (alignment - 1);

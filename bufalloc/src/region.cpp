@@ -9,7 +9,7 @@ namespace memlayer::bufalloc {
 Result<Region> Region::create(Address base, Size size, RegionOptions options) {
   const Size g = options.granularity;
   Error e{Errc::ok, size, g, base};
-  if (g == 0 || !std::has_single_bit(g)) return (e.code = Errc::granularity_not_power_of_two, e);
+  if (g == 0 || (g & (g - 1)) != 0) return (e.code = Errc::granularity_not_power_of_two, e);
   if ((base & (g - 1)) != 0) return (e.code = Errc::misaligned_base, e);
   if (size > UINT64_MAX - base) return (e.code = Errc::region_wraps, e);
   const Size usable = size & ~(g - 1);

@@ -24,7 +24,7 @@ void RegionCore::init_space() {
   pool_.clear();
   index_.clear();
   first_ = pool_.acquire();
-  *first_ = Block{base_, size_, nullptr, nullptr, nullptr, nullptr, true};
+  *first_ = Block{base_, size_, nullptr, nullptr, nullptr, nullptr, 0, 0, true};
   used_ = 0;
   live_ = 0;
   free_count_ = 0;
@@ -36,6 +36,8 @@ void RegionCore::init_space() {
 void RegionCore::insert_free(Block* b) noexcept {
   const SizeClass c = class_of(units(b->size));
   Block*& head = heads_[c.fl][c.sl];
+  b->fl = static_cast<std::uint16_t>(c.fl);
+  b->sl = static_cast<std::uint8_t>(c.sl);
   b->is_free = true;
   b->prev_free = nullptr;
   b->next_free = head;
@@ -51,11 +53,10 @@ void RegionCore::remove_free(Block* b) noexcept {
   if (b->prev_free != nullptr) {
     b->prev_free->next_free = b->next_free;
   } else {
-    const SizeClass c = class_of(units(b->size));
-    heads_[c.fl][c.sl] = b->next_free;
+    heads_[b->fl][b->sl] = b->next_free;
     if (b->next_free == nullptr) {
-      sl_bitmap_[c.fl] &= ~(1u << c.sl);
-      if (sl_bitmap_[c.fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << c.fl);
+      sl_bitmap_[b->fl] &= ~(1u << b->sl);
+      if (sl_bitmap_[b->fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << b->fl);
     }
   }
   if (b->next_free != nullptr) b->next_free->prev_free = b->prev_free;
@@ -116,7 +117,7 @@ Address RegionCore::carve(Block* b, Size asize, Size alignment) {
   const Size pad = pad_for(b->addr, alignment);
   if (pad != 0) {
     Block* lead = pool_.acquire();
-    *lead = Block{b->addr, pad, b->prev_phys, b, nullptr, nullptr, true};
+    *lead = Block{b->addr, pad, b->prev_phys, b, nullptr, nullptr, 0, 0, true};
     if (b->prev_phys != nullptr) {
       b->prev_phys->next_phys = lead;
     } else {
@@ -129,7 +130,7 @@ Address RegionCore::carve(Block* b, Size asize, Size alignment) {
   }
   if (b->size > asize) {
     Block* tail = pool_.acquire();
-    *tail = Block{b->addr + asize, b->size - asize, b, b->next_phys, nullptr, nullptr, true};
+    *tail = Block{b->addr + asize, b->size - asize, b, b->next_phys, nullptr, nullptr, 0, 0, true};
     if (b->next_phys != nullptr) b->next_phys->prev_phys = tail;
     b->next_phys = tail;
     b->size = asize;
@@ -145,7 +146,7 @@ Address RegionCore::carve(Block* b, Size asize, Size alignment) {
 Result<Address> RegionCore::allocate(Size size, Size alignment) {
   const Size g = granularity();
   if (size == 0) return Error{Errc::zero_size, size, alignment};
-  if (alignment != 0 && !std::has_single_bit(alignment))
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0)
     return Error{Errc::alignment_not_power_of_two, size, alignment};
   if (size > kMax - (g - 1)) return Error{Errc::size_overflow, size, alignment};
   const Size asize = (size + g - 1) & ~(g - 1);
@@ -291,7 +292,8 @@ Result<void> RegionCore::check(std::string* what) const {
       for (const Block* b = head; b != nullptr; b = b->next_free) {
         if (++listed > free_blocks) return fail("free lists hold more blocks than are free (cycle?)");
         if (!b->is_free) return fail("used block in a free list");
-        if (!(class_of(units(b->size)) == SizeClass{fl, sl})) return fail("free block filed in the wrong class");
+        if (!(class_of(units(b->size)) == SizeClass{fl, sl}) || b->fl != fl || b->sl != sl)
+          return fail("free block filed in the wrong class");
         if (b->next_free != nullptr && b->next_free->prev_free != b) return fail("broken free-list links");
       }
     }

@@ -21,6 +21,8 @@ struct Block {
   Block* next_phys;
   Block* prev_free;  // size-class list links, meaningful while is_free
   Block* next_free;
+  std::uint16_t fl;  // the size class it is filed under, while is_free
+  std::uint8_t sl;
   bool is_free;
 };
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <variant>
 #include <string>
 #include <utility>
 
@@ -62,27 +62,29 @@ struct Error {
   [[nodiscard]] std::string message() const;
 };
 
-/// Either a value or an Error. Small and trivially copyable for the scalar
-/// types bufalloc returns (Address), so returning one costs no allocation.
+/// Either a value or an Error. Success carries just the value (no error
+/// figures to fill in), so the hot path pays for one tag and the value.
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Error error) : error_(error) {}         // NOLINT: implicit by design
-  // T need not be default-constructible (Region is not), hence the optional.
+  Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  Result(Error error) : state_(std::in_place_index<1>, error) {}         // NOLINT: implicit by design
 
-  [[nodiscard]] bool ok() const noexcept { return error_.code == Errc::ok; }
+  [[nodiscard]] bool ok() const noexcept { return state_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
   /// The value. Precondition: ok().
-  [[nodiscard]] const T& value() const& noexcept { return *value_; }
-  [[nodiscard]] T& value() & noexcept { return *value_; }
-  [[nodiscard]] T&& value() && noexcept { return std::move(*value_); }
+  [[nodiscard]] const T& value() const& noexcept { return *std::get_if<0>(&state_); }
+  [[nodiscard]] T& value() & noexcept { return *std::get_if<0>(&state_); }
+  [[nodiscard]] T&& value() && noexcept { return std::move(*std::get_if<0>(&state_)); }
   /// The error; code == Errc::ok when ok().
-  [[nodiscard]] const Error& error() const noexcept { return error_; }
+  [[nodiscard]] const Error& error() const noexcept {
+    static constexpr Error kNone{};
+    const Error* e = std::get_if<1>(&state_);
+    return e != nullptr ? *e : kNone;
+  }
 
  private:
-  std::optional<T> value_;
-  Error error_{};
+  std::variant<T, Error> state_;
 };
 
 template <>
