@@ -69,7 +69,16 @@ std::string occupancy_svg(const bufalloc::Region& region, const std::string& tit
   const auto st = region.stats();
   const int width = layout.columns * layout.pixel;
   const int map_height = layout.rows * layout.pixel;
-  const int caption_top = map_height + 24;
+  // The title may span several lines ('\n'); the statistics follow it.
+  std::vector<std::string> title_lines;
+  for (size_t start = 0;;) {
+    const size_t nl = title.find('\n', start);
+    title_lines.push_back(title.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  const int title_height = 18 * static_cast<int>(title_lines.size());
+  const int caption_top = map_height + 24 + title_height - 18;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width + 20 << "\" height=\""
       << caption_top + 70 << "\" font-family=\"monospace\" font-size=\"12\">\n";
@@ -96,7 +105,10 @@ std::string occupancy_svg(const bufalloc::Region& region, const std::string& tit
   char util[32];
   std::snprintf(util, sizeof util, "%.1f%%",
                 100.0 * static_cast<double>(st.used_bytes) / static_cast<double>(st.total_bytes));
-  svg << "<text x=\"10\" y=\"" << caption_top << "\" font-weight=\"bold\">" << escape(title) << "</text>\n";
+  for (size_t i = 0; i < title_lines.size(); ++i) {
+    svg << "<text x=\"10\" y=\"" << caption_top - title_height + 18 * static_cast<int>(i + 1)
+        << "\" font-weight=\"bold\">" << escape(title_lines[i]) << "</text>\n";
+  }
   svg << "<text x=\"10\" y=\"" << caption_top + 18 << "\">region " << human(st.total_bytes) << " at 0x" << std::hex
       << region.base() << std::dec << ", " << human(static_cast<bufalloc::Size>(per_pixel))
       << " per pixel, left to right, top to bottom; darker = more bytes in live blocks</text>\n";

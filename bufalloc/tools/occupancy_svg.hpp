@@ -17,7 +17,8 @@ struct SvgLayout {
   int pixel = 2;      ///< drawn size of one pixel
 };
 
-/// The SVG document for `region`'s current blocks. `title` heads the caption.
+/// The SVG document for `region`'s current blocks. `title` heads the caption;
+/// '\n' in it starts a new line.
 /// O(blocks + columns*rows).
 std::string occupancy_svg(const bufalloc::Region& region, const std::string& title, const SvgLayout& layout = {});
 

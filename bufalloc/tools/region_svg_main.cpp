@@ -21,8 +21,9 @@ Replays a workload on a memlayer Region and writes its occupancy as SVG.
   --trace FILE        replay a trace ('a ID SIZE [ALIGN]', 'f ID', 'r')
   --min BYTES         synthetic: smallest request (default 64)
   --max BYTES         synthetic: largest request (default 64K)
-  --free-prob P       synthetic: probability a step frees (default 0.333)
+  --free-prob P       synthetic fill: probability a step frees (default 0.333, < 0.5)
   --churn N           synthetic: steps after the first failure (default 0)
+  --churn-free-prob P synthetic churn: probability a step frees (default 0.5)
   --seed N            synthetic: random seed (default 1)
   --columns N --rows N --pixel N   picture layout (default 512 x 64, 2 px)
 Without --trace: random allocations and frees until the first failed one.)";
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
     else if (arg == "--max") ok = parse_size(value, w.max_size);
     else if (arg == "--churn") ok = parse_size(value, w.churn_ops);
     else if (arg == "--seed") ok = parse_size(value, w.seed);
-    else if (arg == "--free-prob") w.free_probability = std::atof(value.c_str());
+    else if (arg == "--free-prob") w.fill_free_probability = std::atof(value.c_str());
+    else if (arg == "--churn-free-prob") w.churn_free_probability = std::atof(value.c_str());
     else if (arg == "--columns") layout.columns = std::atoi(value.c_str());
     else if (arg == "--rows") layout.rows = std::atoi(value.c_str());
     else if (arg == "--pixel") layout.pixel = std::atoi(value.c_str());
@@ -81,9 +83,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (w.min_size == 0 || w.max_size < w.min_size || w.free_probability < 0 || w.free_probability >= 1 ||
-      layout.columns <= 0 || layout.rows <= 0 || layout.pixel <= 0) {
-    std::fprintf(stderr, "memlayer-region-svg: need 0 < min <= max, 0 <= free-prob < 1, positive layout\n");
+  if (w.min_size == 0 || w.max_size < w.min_size || w.fill_free_probability < 0 || w.fill_free_probability >= 0.5 ||
+      w.churn_free_probability < 0 || w.churn_free_probability > 1 || layout.columns <= 0 || layout.rows <= 0 ||
+      layout.pixel <= 0) {
+    std::fprintf(stderr,
+                 "memlayer-region-svg: need 0 < min <= max, 0 <= free-prob < 0.5, 0 <= churn-free-prob <= 1, "
+                 "positive layout\n");
     return 2;
   }
 
@@ -109,13 +114,18 @@ int main(int argc, char** argv) {
   } else {
     result = tools::replay_synthetic(region, w);
     title = "memlayer bufalloc: random sizes " + std::to_string(w.min_size) + "-" + std::to_string(w.max_size) +
-            " B, seed " + std::to_string(w.seed) + ", until the first failed allocation";
-    if (w.churn_ops) title += " + " + std::to_string(w.churn_ops) + " steps";
+            " B, seed " + std::to_string(w.seed) + ": filled to the first failed allocation";
+    if (w.churn_ops) {
+      char churn[96];
+      std::snprintf(churn, sizeof churn, ", then %llu steps freeing with p=%.2f",
+                    static_cast<unsigned long long>(w.churn_ops), w.churn_free_probability);
+      title += churn;
+    }
   }
   char util[64];
-  std::snprintf(util, sizeof util, "; live requested bytes = %.2f%% of the region",
+  std::snprintf(util, sizeof util, "live requested bytes = %.2f%% of the region",
                 100.0 * static_cast<double>(result.live_requested) / static_cast<double>(region.size()));
-  title += util;
+  title += std::string("\n") + util;
 
   std::ofstream out(out_path);
   out << tools::occupancy_svg(region, title, layout);
@@ -124,7 +134,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto st = region.stats();
-  std::printf("%s: %llu steps, %llu live blocks, fragmentation %.3f%s\n", out_path.c_str(),
+  std::printf("%s: %llu steps, %llu live blocks, fragmentation %.3f; %s\n", out_path.c_str(),
               static_cast<unsigned long long>(result.steps), static_cast<unsigned long long>(st.live_blocks),
               st.fragmentation(), util);
   return 0;

@@ -12,31 +12,29 @@ ReplayResult replay_synthetic(bufalloc::Region& region, const SyntheticWorkload&
   std::mt19937_64 rng(w.seed);
   std::uniform_real_distribution<double> log_size(std::log2(static_cast<double>(w.min_size)),
                                                   std::log2(static_cast<double>(w.max_size)));
-  std::bernoulli_distribution do_free(w.free_probability);
   std::vector<std::pair<bufalloc::Address, bufalloc::Size>> live;
   ReplayResult result;
-  bool failed_once = false;
-  std::uint64_t after_failure = 0;
-  while (!failed_once || after_failure < w.churn_ops) {
+  // One step: free a random live block with probability p, else allocate.
+  auto step = [&](double p) {
     ++result.steps;
-    if (failed_once) ++after_failure;
-    if (!live.empty() && do_free(rng)) {
+    if (!live.empty() && std::bernoulli_distribution(p)(rng)) {
       const size_t k = rng() % live.size();
       (void)region.free(live[k].first);
       result.live_requested -= live[k].second;
       live[k] = live.back();
       live.pop_back();
-      continue;
+      return true;
     }
     const auto size = static_cast<bufalloc::Size>(std::exp2(log_size(rng)));
     auto a = region.allocate(size);
-    if (a.ok()) {
-      live.emplace_back(a.value(), size);
-      result.live_requested += size;
-    } else {
-      failed_once = true;
-    }
+    if (!a) return false;
+    live.emplace_back(a.value(), size);
+    result.live_requested += size;
+    return true;
+  };
+  while (result.steps < w.max_steps && step(w.fill_free_probability)) {
   }
+  for (std::uint64_t i = 0; i < w.churn_ops; ++i) step(w.churn_free_probability);
   return result;
 }
 

@@ -65,3 +65,20 @@ TEST(ReplaySynthetic, StopsAtFirstFailureWithHighUtilisation) {
   std::string what;
   EXPECT_TRUE(r.check(&what).ok()) << what;
 }
+
+TEST(OccupancySvg, MultiLineTitleBecomesSeveralTextLines) {
+  auto r = make(64 * 100);
+  const std::string svg = tools::occupancy_svg(r, "first\nsecond", {10, 1, 1});
+  EXPECT_NE(svg.find(">first</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">second</text>"), std::string::npos);
+}
+
+TEST(ReplaySynthetic, ChurnPhaseRunsAfterTheFill) {
+  auto r = make(4 << 20);
+  tools::SyntheticWorkload w;
+  w.churn_ops = 2000;
+  w.churn_free_probability = 0.9;  // mostly frees: the region drains
+  const auto res = tools::replay_synthetic(r, w);
+  EXPECT_LT(static_cast<double>(res.live_requested) / static_cast<double>(r.size()), 0.5);
+  EXPECT_EQ(r.stats().peak_used_bytes > r.size() * 9 / 10, true);
+}
