@@ -74,11 +74,14 @@ std::uint64_t slow_searches(const A& allocator) {
 }
 
 template <BenchAllocator A>
-void pair_latency(benchmark::State& state, std::size_t live) {
+void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup) {
   const auto pairs = static_cast<std::size_t>(state.max_iterations);
-  // Twice the pairs: the first half is timed pair by pair (the tail), the
-  // second as one batch (the mean without clock reads).
-  const PairTrace trace = make_pair_trace(live, 2 * pairs, kPairSeed);
+  // Untimed warm-up pairs first: right after the pre-fill an allocator is
+  // still growing into its steady state (its hole count rises from zero, its
+  // bookkeeping tables finish growing and take their first page faults).
+  // Then the timed pairs twice over: pair by pair (the tail) and as one
+  // batch (the mean without clock reads).
+  const PairTrace trace = make_pair_trace(live, warmup + 2 * pairs, kPairSeed);
   A allocator(kBase, kPairRegion);
   std::vector<Address> blocks;
   blocks.reserve(live);
@@ -92,20 +95,30 @@ void pair_latency(benchmark::State& state, std::size_t live) {
     blocks.push_back(*address);
   }
   prefill_mode(allocator, false);
+  for (std::size_t k = 0; k < warmup; ++k) {
+    Address& slot = blocks[trace.victim[k]];
+    const bool freed = allocator.free(slot);
+    const auto address = allocator.allocate(trace.size[k]);
+    if (!freed || !address) {
+      state.SkipWithError("warm-up: a free or an allocation failed");
+      return;
+    }
+    slot = *address;
+  }
 
   std::vector<std::int64_t> samples(pairs);  // zero-filled: its pages are touched here
   const std::uint64_t slow_before = slow_searches(allocator);
   const long faults_before = minor_page_faults();
   std::size_t i = 0;
   for (auto _ : state) {
-    const std::uint32_t victim = trace.victim[i];
+    const std::uint32_t victim = trace.victim[warmup + i];
     // Read outside the timed span: at 10^5 live this lookup is itself a cache
     // miss, and it belongs to the harness, not to the allocator.
     const Address old = blocks[victim];
     benchmark::DoNotOptimize(old);
     const auto t0 = Clock::now();
     const bool freed = allocator.free(old);
-    const auto address = allocator.allocate(trace.size[i]);
+    const auto address = allocator.allocate(trace.size[warmup + i]);
     const auto t1 = Clock::now();
     if (!freed || !address) {
       state.SkipWithError(freed ? "allocation failed" : "free of a live block failed");
@@ -118,7 +131,7 @@ void pair_latency(benchmark::State& state, std::size_t live) {
   const long faults = minor_page_faults() - faults_before;
   samples.resize(i);
 
-  const std::size_t batch_begin = i;
+  const std::size_t batch_begin = warmup + i;
   const auto b0 = Clock::now();
   for (std::size_t k = batch_begin; k < batch_begin + i; ++k) {
     Address& slot = blocks[trace.victim[k]];
@@ -161,9 +174,10 @@ void pair_latency(benchmark::State& state, std::size_t live) {
 }
 
 template <BenchAllocator A>
-void register_pair(std::size_t live, const char* name, benchmark::IterationCount pairs, int repetitions) {
+void register_pair(std::size_t live, std::size_t warmup, const char* name, benchmark::IterationCount pairs,
+                   int repetitions) {
   auto* bench = benchmark::RegisterBenchmark(benchmark_name(pair_workload_name(live), name).c_str(),
-                                             [live](benchmark::State& state) { pair_latency<A>(state, live); });
+                                             [live, warmup](benchmark::State& state) { pair_latency<A>(state, live, warmup); });
   // Fixed counts: the trace is generated to length, every allocator runs the
   // same pairs, and PoCL's O(n) walks stay within the time budget.
   bench->Iterations(pairs)->Unit(benchmark::kNanosecond);
@@ -180,15 +194,20 @@ void register_latency_benchmarks(const RunConfig& config) {
   const benchmark::IterationCount scale = config.quick ? 10 : 1;
   const int reps = config.latency_repetitions;
   for (const std::size_t live : {std::size_t{1000}, std::size_t{10000}, std::size_t{100000}}) {
-    register_pair<MemlayerAllocator>(live, kMemlayer, 1'000'000 / scale, reps);
+    // Warm-up: live/2 pairs, enough for the hole count to settle and for
+    // memlayer's address index to finish a growth that the pre-fill began.
+    const std::size_t warmup = live / 2;
+    register_pair<MemlayerAllocator>(live, warmup, kMemlayer, 1'000'000 / scale, reps);
 #ifdef MEMLAYER_BENCH_HAVE_POCL
     // PoCL walks the chunk list on alloc and free, a few ns per live block,
     // so the pair count shrinks with n to keep each repetition near a second
     // (5000 pairs still resolve a p99.9: it is the 5th slowest).
     const benchmark::IterationCount pocl_pairs = live == 1000 ? 200'000 : live == 10000 ? 50'000 : 5'000;
-    register_pair<PoclAllocator>(live, kPocl, pocl_pairs / scale, reps);
+    // Its warm-up is capped for time; a shorter one leaves it fewer holes to
+    // walk, which only flatters PoCL.
+    register_pair<PoclAllocator>(live, std::min<std::size_t>(warmup, 2000), kPocl, pocl_pairs / scale, reps);
 #endif
-    register_pair<BestFitAllocator>(live, kBestFit, 1'000'000 / scale, reps);
+    register_pair<BestFitAllocator>(live, warmup, kBestFit, 1'000'000 / scale, reps);
   }
 }
 
