@@ -1,0 +1,46 @@
+// memlayer/migration/plan.hpp — what the planner decides for one command.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memlayer/migration/event.hpp"
+#include "memlayer/migration/location.hpp"
+
+namespace memlayer::migration {
+
+/// One migration command: copy [offset, offset + size) of the buffer from
+/// the copy at `src` to the copy at `dst`.
+struct Copy {
+  Location src = kHost;
+  Location dst = kHost;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  /// Events it must wait for (what made the source valid). Held by the
+  /// planner's state, valid until commit.
+  std::vector<Event> wait;
+  /// Index of an earlier copy in the same plan it must also wait for (the
+  /// device-to-host leg of a copy staged through the host), or -1.
+  int after = -1;
+};
+
+/// The planner's decision for one command's use of one buffer: the copies to
+/// run first (in this order; independent copies may run in parallel), and what
+/// the command itself must wait for besides those copies.
+struct Plan {
+  std::vector<Copy> copies;
+  std::vector<Event> wait;
+
+  void clear() {
+    copies.clear();
+    wait.clear();
+  }
+  /// Bytes the copies move (a staged copy counts twice: it moves twice).
+  [[nodiscard]] std::uint64_t bytes_moved() const {
+    std::uint64_t n = 0;
+    for (const Copy& c : copies) n += c.size;
+    return n;
+  }
+};
+
+}  // namespace memlayer::migration

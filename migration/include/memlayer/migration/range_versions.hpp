@@ -1,0 +1,142 @@
+// memlayer/migration/range_versions.hpp — one buffer's content versions per
+// byte range, and the planner that keeps its copies coherent.
+//
+// The model. A buffer (always a parent: sub-buffers arrive as ranges of it) is
+// cut into spans. Each span records:
+//   * its content version (bumped by every command that writes it),
+//   * which locations hold that version, and for each, the event that made
+//     its copy valid (a migration, or the writing command itself),
+//   * the last command that wrote it, and the commands that read it since
+//     (copies out of a location count as readers of it).
+// Spans split where a command's range begins or ends and merge back when two
+// neighbours are equal. PoCL's whole-buffer version is the one-span case; here
+// two disjoint sub-buffers written on two devices are both valid, each on its
+// own device, and neither moves the other's bytes.
+//
+// Planning, at enqueue time. For a command using ranges of the buffer at
+// location L, plan() lists the copies that make exactly the stale bytes it
+// will read valid at L (an overwrite needs none), choosing for each span the
+// cheapest valid source by the CostModel: direct when a path exists, else
+// staged through the host copy, which then serves every later importer. It
+// also lists what the command must wait for:
+//   * a reader waits for the event that made its copy valid (and the last
+//     writer), never for other readers;
+//   * a writer waits for the last writer, every reader since, and anything
+//     still filling its own copy.
+// plan() changes nothing. commit() then records the copies (with the events
+// the runtime created for them) and the command, so the next enqueue plans
+// against the new versions. A command that fails to enqueue between the two
+// (no memory, say) is simply never committed: it leaves no trace.
+//
+// Thread-safety: none. The runtime serialises plan()+commit() per buffer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "memlayer/migration/access.hpp"
+#include "memlayer/migration/cost_model.hpp"
+#include "memlayer/migration/event.hpp"
+#include "memlayer/migration/location.hpp"
+#include "memlayer/migration/plan.hpp"
+
+namespace memlayer::migration {
+
+/// One span as reported by RangeVersions::walk().
+struct SpanInfo {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::uint64_t version = 0;
+  LocationSet valid;
+};
+
+class RangeVersions {
+ public:
+  /// A buffer of `size` bytes (> 0) whose initial content is valid at
+  /// `initially_valid` (the host, for COPY_/USE_HOST_PTR buffers; for others
+  /// the content is undefined, and any location may serve it: pass the host).
+  /// `ops` must outlive this object. O(1).
+  RangeVersions(std::uint64_t size, LocationSet initially_valid, const EventOps& ops);
+  ~RangeVersions();
+  RangeVersions(const RangeVersions&) = delete;
+  RangeVersions& operator=(const RangeVersions&) = delete;
+
+  /// Plans one command's uses of this buffer at location `at` into `out`
+  /// (cleared first; reuse one Plan across calls to avoid allocating).
+  /// Several uses by one command (a buffer passed twice, a copy within one
+  /// buffer) must come in one call: where they overlap, a read and a write
+  /// make a read_write. Preconditions: every use lies in [0, size) and has a
+  /// size > 0; at < kMaxLocations. Changes nothing.
+  /// Complexity O(log spans + spans touched × locations).
+  void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const;
+
+  /// Records a plan made by plan() with the same uses and location, with no
+  /// other change in between: `copy_events[i]` is the event of
+  /// plan.copies[i], `command` the command's own event (each may be nullptr
+  /// when the runtime has none). Takes a reference (EventOps::retain) on every
+  /// event it keeps. Complexity as plan().
+  void commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses, Location at,
+              Event command);
+
+  /// Plans what must happen before the copy at `at` can be dropped
+  /// (eviction): the spans whose only valid copy is at `at` are written back
+  /// to the host first. `out.wait` lists what must finish before the storage
+  /// at `at` may be freed or reused (its readers and whatever fills it).
+  /// Changes nothing. O(spans).
+  void plan_evict(Location at, const CostModel& cost, Plan& out) const;
+
+  /// Records an eviction planned by plan_evict(): the write-backs become the
+  /// host's copies and `at` holds nothing any more. O(spans).
+  void commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at);
+
+  /// True when every byte of [offset, offset + size) is valid at `at`.
+  [[nodiscard]] bool valid_at(Location at, std::uint64_t offset, std::uint64_t size) const;
+  /// Bytes whose current version is held only at `at` (what eviction would
+  /// have to write back). O(spans).
+  [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
+
+  /// The spans in offset order. O(spans).
+  void walk(const std::function<void(const SpanInfo&)>& visit) const;
+  [[nodiscard]] std::size_t span_count() const noexcept { return spans_.size(); }
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+
+ private:
+  struct Holder {
+    Location where;
+    Event ready;  // what made this copy valid; nullptr: valid since creation or finished
+    friend bool operator==(const Holder&, const Holder&) = default;
+  };
+  struct Span {
+    std::uint64_t version = 0;
+    std::vector<Holder> holders;  // sorted by location; never empty
+    Event last_writer = nullptr;
+    std::vector<Event> readers;  // since last_writer
+    friend bool operator==(const Span&, const Span&) = default;
+  };
+  using SpanMap = std::map<std::uint64_t, Span>;  // key: offset; a span ends where the next begins
+
+  [[nodiscard]] std::uint64_t end_of(SpanMap::const_iterator it) const;
+  SpanMap::iterator split_at(std::uint64_t offset);
+  void merge_range(std::uint64_t begin, std::uint64_t end);
+  [[nodiscard]] const Holder* holder(const Span& s, Location l) const;
+  void set_holder(Span& s, Location l, Event ready);
+  void hold_span(const Span& s) const;
+  void drop_span(const Span& s) const;
+  void add_reader(Span& s, Event e);
+  void prune(Span& s);
+  /// Calls f(begin, end, access) for each maximal piece of the uses' union
+  /// with one combined access, in offset order.
+  static void for_each_piece(std::span<const Use> uses,
+                             const std::function<void(std::uint64_t, std::uint64_t, Access)>& f);
+  void plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost, Plan& out) const;
+
+  std::uint64_t size_;
+  const EventOps& ops_;
+  SpanMap spans_;
+  std::uint64_t next_version_ = 1;
+};
+
+}  // namespace memlayer::migration

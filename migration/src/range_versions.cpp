@@ -1,0 +1,354 @@
+#include "memlayer/migration/range_versions.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace memlayer::migration {
+
+namespace {
+
+constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
+
+void add_unique(std::vector<Event>& list, Event e) {
+  if (e == nullptr) return;
+  if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
+}
+
+}  // namespace
+
+RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, const EventOps& ops)
+    : size_(size), ops_(ops) {
+  if (size == 0) throw std::invalid_argument("RangeVersions: a buffer of 0 bytes");
+  if (initially_valid.empty()) throw std::invalid_argument("RangeVersions: the initial content must be valid somewhere");
+  Span s;
+  initially_valid.for_each([&](Location l) { s.holders.push_back(Holder{l, nullptr}); });
+  spans_.emplace(0, std::move(s));
+}
+
+RangeVersions::~RangeVersions() {
+  for (const auto& [offset, span] : spans_) drop_span(span);
+}
+
+std::uint64_t RangeVersions::end_of(SpanMap::const_iterator it) const {
+  auto next = std::next(it);
+  return next == spans_.end() ? size_ : next->first;
+}
+
+// The span starting exactly at `offset` (splitting the one containing it), or
+// end() for offset == size.
+RangeVersions::SpanMap::iterator RangeVersions::split_at(std::uint64_t offset) {
+  if (offset >= size_) return spans_.end();
+  auto it = std::prev(spans_.upper_bound(offset));
+  if (it->first == offset) return it;
+  hold_span(it->second);  // the new span shares every event reference
+  return spans_.emplace_hint(std::next(it), offset, it->second);
+}
+
+void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
+  auto it = spans_.upper_bound(begin);
+  if (it != spans_.begin()) --it;
+  if (it != spans_.begin()) --it;  // the neighbour before may merge too
+  while (it != spans_.end()) {
+    auto next = std::next(it);
+    if (next == spans_.end()) break;
+    if (it->first > end) break;
+    if (it->second == next->second) {
+      drop_span(next->second);
+      spans_.erase(next);
+    } else {
+      it = next;
+    }
+  }
+}
+
+const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
+  for (const Holder& h : s.holders)
+    if (h.where == l) return &h;
+  return nullptr;
+}
+
+void RangeVersions::set_holder(Span& s, Location l, Event ready) {
+  ops_.hold(ready);
+  for (Holder& h : s.holders) {
+    if (h.where == l) {
+      ops_.drop(h.ready);
+      h.ready = ready;
+      return;
+    }
+  }
+  auto pos = std::lower_bound(s.holders.begin(), s.holders.end(), l,
+                              [](const Holder& h, Location where) { return h.where < where; });
+  s.holders.insert(pos, Holder{l, ready});
+}
+
+void RangeVersions::hold_span(const Span& s) const {
+  for (const Holder& h : s.holders) ops_.hold(h.ready);
+  ops_.hold(s.last_writer);
+  for (Event e : s.readers) ops_.hold(e);
+}
+
+void RangeVersions::drop_span(const Span& s) const {
+  for (const Holder& h : s.holders) ops_.drop(h.ready);
+  ops_.drop(s.last_writer);
+  for (Event e : s.readers) ops_.drop(e);
+}
+
+void RangeVersions::add_reader(Span& s, Event e) {
+  if (e == nullptr || std::find(s.readers.begin(), s.readers.end(), e) != s.readers.end()) return;
+  ops_.hold(e);
+  s.readers.push_back(e);
+  if (s.readers.size() > kPruneThreshold) prune(s);
+}
+
+// Finished events order nothing any more: drop them, so lists stay short and
+// spans that differ only in finished history can merge.
+void RangeVersions::prune(Span& s) {
+  auto keep = std::remove_if(s.readers.begin(), s.readers.end(), [&](Event e) {
+    if (!ops_.done(e)) return false;
+    ops_.drop(e);
+    return true;
+  });
+  s.readers.erase(keep, s.readers.end());
+  for (Holder& h : s.holders) {
+    if (h.ready != nullptr && ops_.done(h.ready)) {
+      ops_.drop(h.ready);
+      h.ready = nullptr;
+    }
+  }
+  if (s.last_writer != nullptr && ops_.done(s.last_writer)) {
+    ops_.drop(s.last_writer);
+    s.last_writer = nullptr;
+  }
+}
+
+void RangeVersions::for_each_piece(std::span<const Use> uses,
+                                   const std::function<void(std::uint64_t, std::uint64_t, Access)>& f) {
+  if (uses.size() == 1) {  // the common case, without the sweep
+    f(uses[0].offset, uses[0].offset + uses[0].size, uses[0].access);
+    return;
+  }
+  std::vector<std::uint64_t> cuts;
+  cuts.reserve(uses.size() * 2);
+  for (const Use& u : uses) {
+    cuts.push_back(u.offset);
+    cuts.push_back(u.offset + u.size);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::uint64_t run_begin = 0, run_end = 0;
+  bool have_run = false;
+  Access run_access = Access::read;
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const std::uint64_t b = cuts[i], e = cuts[i + 1];
+    bool covered = false, reads = false, writes_any = false;
+    for (const Use& u : uses) {
+      if (u.offset <= b && e <= u.offset + u.size) {
+        covered = true;
+        reads = reads || reads_old_content(u.access);
+        writes_any = writes_any || writes(u.access);
+      }
+    }
+    if (!covered) continue;
+    const Access a = !writes_any ? Access::read : (reads ? Access::read_write : Access::overwrite);
+    if (have_run && run_end == b && run_access == a) {
+      run_end = e;
+      continue;
+    }
+    if (have_run) f(run_begin, run_end, run_access);
+    run_begin = b, run_end = e, run_access = a, have_run = true;
+  }
+  if (have_run) f(run_begin, run_end, run_access);
+}
+
+void RangeVersions::plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost,
+                               Plan& out) const {
+  for (auto it = std::prev(spans_.upper_bound(begin)); it != spans_.end() && it->first < end; ++it) {
+    const Span& s = it->second;
+    if (holder(s, at) != nullptr) continue;
+    const std::uint64_t x = std::max(begin, it->first), y = std::min(end, end_of(it)), n = y - x;
+
+    // The cheapest valid source: direct where a path exists, else through
+    // the host copy (which the first importer leaves valid for the rest).
+    double best = std::numeric_limits<double>::infinity();
+    const Holder* src = nullptr;
+    bool staged = false;
+    const bool host_valid = holder(s, kHost) != nullptr;
+    for (const Holder& h : s.holders) {
+      if (auto c = cost.cost(h.where, at, n); c && *c < best) {
+        best = *c, src = &h, staged = false;
+      }
+      if (!host_valid && h.where != kHost && at != kHost) {
+        auto up = cost.cost(h.where, kHost, n), down = cost.cost(kHost, at, n);
+        if (up && down && *up + *down < best) best = *up + *down, src = &h, staged = true;
+      }
+    }
+    if (src == nullptr) {
+      throw std::logic_error("migration: the cost model offers no path to location " + std::to_string(at) +
+                             " (host links must always exist)");
+    }
+
+    // Extend the previous copy (or staged pair) when this one continues it.
+    auto& copies = out.copies;
+    if (!staged && !copies.empty()) {
+      Copy& last = copies.back();
+      if (last.after < 0 && last.src == src->where && last.dst == at && last.offset + last.size == x) {
+        last.size += n;
+        add_unique(last.wait, src->ready);
+        continue;
+      }
+    }
+    if (staged && copies.size() >= 2) {
+      Copy& up = copies[copies.size() - 2];
+      Copy& down = copies.back();
+      if (down.after == static_cast<int>(copies.size() - 2) && up.src == src->where && down.dst == at &&
+          up.offset + up.size == x) {
+        up.size += n, down.size += n;
+        add_unique(up.wait, src->ready);
+        continue;
+      }
+    }
+    if (staged) {
+      Copy up{src->where, kHost, x, n, {}, -1};
+      add_unique(up.wait, src->ready);
+      copies.push_back(std::move(up));
+      copies.push_back(Copy{kHost, at, x, n, {}, static_cast<int>(copies.size() - 1)});
+    } else {
+      Copy c{src->where, at, x, n, {}, -1};
+      add_unique(c.wait, src->ready);
+      copies.push_back(std::move(c));
+    }
+  }
+}
+
+void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const {
+  out.clear();
+  for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+    if (reads_old_content(access)) plan_fetch(begin, end, at, cost, out);
+    for (auto it = std::prev(spans_.upper_bound(begin)); it != spans_.end() && it->first < end; ++it) {
+      const Span& s = it->second;
+      add_unique(out.wait, s.last_writer);
+      if (const Holder* h = holder(s, at)) add_unique(out.wait, h->ready);
+      if (writes(access)) {
+        for (Event r : s.readers) add_unique(out.wait, r);
+      }
+    }
+  });
+}
+
+void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses,
+                           Location at, Event command) {
+  if (copy_events.size() != plan.copies.size())
+    throw std::invalid_argument("migration: commit needs one event per planned copy");
+  std::uint64_t lo = size_, hi = 0;
+
+  for (std::size_t i = 0; i < plan.copies.size(); ++i) {
+    const Copy& c = plan.copies[i];
+    split_at(c.offset);
+    split_at(c.offset + c.size);
+    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
+      add_reader(it->second, copy_events[i]);  // a copy reads its source: writers wait for it
+      set_holder(it->second, c.dst, copy_events[i]);
+    }
+    lo = std::min(lo, c.offset), hi = std::max(hi, c.offset + c.size);
+  }
+
+  bool writes_any = false;
+  for (const Use& u : uses) writes_any = writes_any || writes(u.access);
+  const std::uint64_t version = writes_any ? next_version_++ : 0;
+
+  for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+    split_at(begin);
+    split_at(end);
+    for (auto it = spans_.find(begin); it != spans_.end() && it->first < end; ++it) {
+      Span& s = it->second;
+      if (!writes(access)) {
+        add_reader(s, command);
+        continue;
+      }
+      // The command's bytes are the new version, held only where it runs.
+      ops_.hold(command);
+      drop_span(s);
+      s.version = version;
+      s.holders.assign(1, Holder{at, command});
+      ops_.hold(command);
+      s.last_writer = command;
+      s.readers.clear();
+    }
+    lo = std::min(lo, begin), hi = std::max(hi, end);
+  });
+  if (lo < hi) merge_range(lo, hi);
+}
+
+void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) const {
+  out.clear();
+  if (at == kHost) throw std::invalid_argument("migration: the host copy is not evicted");
+  for (auto it = spans_.begin(); it != spans_.end(); ++it) {
+    const Span& s = it->second;
+    const Holder* h = holder(s, at);
+    if (h == nullptr) continue;
+    add_unique(out.wait, h->ready);
+    for (Event r : s.readers) add_unique(out.wait, r);
+    if (s.holders.size() > 1) continue;  // valid elsewhere too: just drop it
+    const std::uint64_t x = it->first, n = end_of(it) - x;
+    if (!cost.cost(at, kHost, n)) {
+      throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
+                             " to the host");
+    }
+    if (!out.copies.empty() && out.copies.back().offset + out.copies.back().size == x) {
+      out.copies.back().size += n;
+      add_unique(out.copies.back().wait, h->ready);
+    } else {
+      Copy c{at, kHost, x, n, {}, -1};
+      add_unique(c.wait, h->ready);
+      out.copies.push_back(std::move(c));
+    }
+  }
+}
+
+void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
+  if (copy_events.size() != plan.copies.size())
+    throw std::invalid_argument("migration: commit needs one event per planned copy");
+  for (std::size_t i = 0; i < plan.copies.size(); ++i) {
+    const Copy& c = plan.copies[i];
+    split_at(c.offset);
+    split_at(c.offset + c.size);
+    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
+      add_reader(it->second, copy_events[i]);
+      set_holder(it->second, kHost, copy_events[i]);
+    }
+  }
+  for (auto& [offset, s] : spans_) {
+    auto h = std::find_if(s.holders.begin(), s.holders.end(), [&](const Holder& x) { return x.where == at; });
+    if (h == s.holders.end()) continue;
+    if (s.holders.size() == 1) throw std::logic_error("migration: eviction would drop the only valid copy");
+    ops_.drop(h->ready);
+    s.holders.erase(h);
+  }
+  merge_range(0, size_);
+}
+
+bool RangeVersions::valid_at(Location at, std::uint64_t offset, std::uint64_t size) const {
+  const std::uint64_t end = offset + size;
+  for (auto it = std::prev(spans_.upper_bound(offset)); it != spans_.end() && it->first < end; ++it)
+    if (holder(it->second, at) == nullptr) return false;
+  return true;
+}
+
+std::uint64_t RangeVersions::bytes_only_at(Location at) const {
+  std::uint64_t n = 0;
+  for (auto it = spans_.begin(); it != spans_.end(); ++it)
+    if (it->second.holders.size() == 1 && it->second.holders[0].where == at) n += end_of(it) - it->first;
+  return n;
+}
+
+void RangeVersions::walk(const std::function<void(const SpanInfo&)>& visit) const {
+  for (auto it = spans_.begin(); it != spans_.end(); ++it) {
+    SpanInfo info{it->first, end_of(it) - it->first, it->second.version, {}};
+    for (const Holder& h : it->second.holders) info.valid.insert(h.where);
+    visit(info);
+  }
+}
+
+}  // namespace memlayer::migration

@@ -1,0 +1,273 @@
+// RangeVersions, case by case: what is copied, from where, and what waits
+// for what.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "memlayer/migration/range_versions.hpp"
+
+using namespace memlayer::migration;
+
+namespace {
+
+// Events are small integers dressed as pointers; references are counted.
+Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
+
+class RangeVersionsTest : public ::testing::Test {
+ protected:
+  RangeVersionsTest() {
+    ops_.context = &refs_;
+    ops_.retain = [](void* c, Event e) { ++(*static_cast<std::map<Event, int>*>(c))[e]; };
+    ops_.release = [](void* c, Event e) { --(*static_cast<std::map<Event, int>*>(c))[e]; };
+  }
+  ~RangeVersionsTest() override {
+    buffer_.reset();
+    for (auto& [e, n] : refs_) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
+  }
+
+  RangeVersions& make(std::uint64_t size, LocationSet valid = LocationSet::of(kHost)) {
+    buffer_.emplace(size, valid, ops_);
+    return *buffer_;
+  }
+
+  // plan + commit with fresh copy events numbered from next_copy_.
+  Plan run(std::vector<Use> uses, Location at, Event command) {
+    Plan p;
+    buffer_->plan(uses, at, cost_, p);
+    std::vector<Event> copy_events;
+    for (std::size_t i = 0; i < p.copies.size(); ++i) copy_events.push_back(ev(next_copy_++));
+    buffer_->commit(p, copy_events, uses, at, command);
+    return p;
+  }
+
+  static bool waits_for(const std::vector<Event>& list, Event e) {
+    return std::find(list.begin(), list.end(), e) != list.end();
+  }
+
+  std::map<Event, int> refs_;
+  EventOps ops_;
+  LinkCostModel cost_;
+  std::optional<RangeVersions> buffer_;
+  int next_copy_ = 1000;
+};
+
+}  // namespace
+
+TEST_F(RangeVersionsTest, FirstReadOnADeviceCopiesFromTheHost) {
+  make(4096);
+  Plan p = run({{0, 4096, Access::read}}, 1, ev(1));
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].src, kHost);
+  EXPECT_EQ(p.copies[0].dst, 1u);
+  EXPECT_EQ(p.copies[0].size, 4096u);
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 4096));
+  EXPECT_TRUE(buffer_->valid_at(kHost, 0, 4096));
+  // A second read there copies nothing and waits for the copy that filled it.
+  Plan again = run({{0, 4096, Access::read}}, 1, ev(2));
+  EXPECT_TRUE(again.copies.empty());
+  EXPECT_TRUE(waits_for(again.wait, ev(1000)));
+  EXPECT_FALSE(waits_for(again.wait, ev(1))) << "readers never wait for readers";
+}
+
+TEST_F(RangeVersionsTest, OverwriteMigratesNothing) {
+  make(4096);
+  Plan p = run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  EXPECT_TRUE(p.copies.empty());
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 4096));
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 1));
+}
+
+TEST_F(RangeVersionsTest, PartialWriteMigratesOnlyStaleBytes) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));       // newest everywhere on device 1
+  run({{1024, 1024, Access::overwrite}}, 2, ev(2));    // newest [1024, 2048) on device 2
+  // A "write" (not every byte written) on device 2 over [0, 4096) needs the
+  // rest from device 1, and only the rest.
+  Plan p = run({{0, 4096, Access::write}}, 2, ev(3));
+  std::uint64_t moved_to_2 = 0;
+  for (const Copy& c : p.copies)
+    if (c.dst == 2) {
+      moved_to_2 += c.size;
+      EXPECT_TRUE(c.offset + c.size <= 1024 || c.offset >= 2048) << "moved bytes device 2 already had";
+    }
+  EXPECT_EQ(moved_to_2, 3072u);
+}
+
+TEST_F(RangeVersionsTest, DisjointSubBuffersWrittenOnTwoDevicesStayValid) {
+  make(2048);
+  run({{0, 1024, Access::overwrite}}, 1, ev(1));
+  run({{1024, 1024, Access::overwrite}}, 2, ev(2));
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 1024));
+  EXPECT_TRUE(buffer_->valid_at(2, 1024, 1024));
+  EXPECT_FALSE(buffer_->valid_at(1, 1024, 1));
+  // Reading the parent on device 1 moves only device 2's half.
+  Plan p = run({{0, 2048, Access::read}}, 1, ev(3));
+  EXPECT_EQ(p.bytes_moved(), 2 * 1024u) << "staged through the host: two legs of 1024 bytes";
+  for (const Copy& c : p.copies) EXPECT_EQ(c.offset, 1024u);
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 2048));
+  EXPECT_TRUE(buffer_->valid_at(2, 1024, 1024));
+}
+
+TEST_F(RangeVersionsTest, DirectLinkPreferredOverStaging) {
+  cost_.set_direct(2, 1, {1e-6, 100e9});
+  make(2048);
+  run({{0, 2048, Access::overwrite}}, 2, ev(1));
+  Plan p = run({{0, 2048, Access::read}}, 1, ev(2));
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].src, 2u);
+  EXPECT_EQ(p.copies[0].dst, 1u);
+  EXPECT_TRUE(waits_for(p.copies[0].wait, ev(1)));
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 1)) << "a direct copy does not touch the host copy";
+}
+
+TEST_F(RangeVersionsTest, CheapestSourceWins) {
+  cost_.set_direct(2, 3, {1e-6, 1e9});    // slow
+  cost_.set_direct(1, 3, {1e-6, 100e9});  // fast
+  make(1 << 20);
+  run({{0, 1 << 20, Access::overwrite}}, 1, ev(1));
+  run({{0, 1 << 20, Access::read}}, 2, ev(2));  // now valid on 1, host and 2
+  Plan p = run({{0, 1 << 20, Access::read}}, 3, ev(3));
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].src, 1u);
+}
+
+TEST_F(RangeVersionsTest, StagingExportsOnceForEveryImporter) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  Plan first = run({{0, 4096, Access::read}}, 2, ev(2));
+  ASSERT_EQ(first.copies.size(), 2u);
+  EXPECT_EQ(first.copies[0].src, 1u);
+  EXPECT_EQ(first.copies[0].dst, kHost);
+  EXPECT_EQ(first.copies[1].after, 0);
+  const Event exported = ev(1000);
+  Plan second = run({{0, 4096, Access::read}}, 3, ev(3));
+  ASSERT_EQ(second.copies.size(), 1u) << "the host copy serves the second importer";
+  EXPECT_EQ(second.copies[0].src, kHost);
+  EXPECT_TRUE(waits_for(second.copies[0].wait, exported));
+  EXPECT_FALSE(waits_for(second.copies[0].wait, ev(1001))) << "importers do not wait for each other";
+}
+
+TEST_F(RangeVersionsTest, ReadersOnManyDevicesImportInParallel) {
+  make(4096);
+  std::vector<Plan> plans;
+  for (Location d = 1; d <= 4; ++d) plans.push_back(run({{0, 4096, Access::read}}, d, ev(static_cast<int>(d))));
+  for (const Plan& p : plans) {
+    ASSERT_EQ(p.copies.size(), 1u);
+    EXPECT_EQ(p.copies[0].src, kHost);
+    EXPECT_TRUE(p.copies[0].wait.empty()) << "each import depends on the source only";
+  }
+}
+
+TEST_F(RangeVersionsTest, WriterWaitsForLastWriterAndEveryReaderSince) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  run({{0, 4096, Access::read}}, 1, ev(2));
+  run({{0, 100, Access::read}}, 1, ev(3));
+  Plan w = run({{0, 4096, Access::overwrite}}, 1, ev(4));
+  EXPECT_TRUE(waits_for(w.wait, ev(1)));
+  EXPECT_TRUE(waits_for(w.wait, ev(2)));
+  EXPECT_TRUE(waits_for(w.wait, ev(3)));
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(5));
+  EXPECT_TRUE(waits_for(r.wait, ev(4)));
+  EXPECT_FALSE(waits_for(r.wait, ev(2)));
+}
+
+TEST_F(RangeVersionsTest, WriteElsewhereWaitsForCopiesOutOfTheOldVersion) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  run({{0, 4096, Access::read}}, 2, ev(2));  // copies out of device 1 (via the host)
+  Plan w = run({{0, 4096, Access::overwrite}}, 1, ev(3));
+  EXPECT_TRUE(waits_for(w.wait, ev(1000))) << "the export out of device 1 must finish first";
+  EXPECT_TRUE(waits_for(w.wait, ev(2)));
+}
+
+TEST_F(RangeVersionsTest, UsesOfOneCommandAreCombined) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  // Read [0, 2048) and overwrite [1024, 3072) on device 2 in one command: the
+  // overlap is read_write, so [0, 2048) is fetched and [2048, 3072) is not.
+  Plan p = run({{0, 2048, Access::read}, {1024, 2048, Access::overwrite}}, 2, ev(2));
+  std::uint64_t to_2 = 0;
+  for (const Copy& c : p.copies)
+    if (c.dst == 2) {
+      to_2 += c.size;
+      EXPECT_LT(c.offset, 2048u);
+    }
+  EXPECT_EQ(to_2, 2048u);
+  EXPECT_TRUE(buffer_->valid_at(2, 0, 3072));
+  EXPECT_FALSE(buffer_->valid_at(1, 1024, 1)) << "the command wrote [1024, 3072)";
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 1024)) << "[0, 1024) was only read";
+}
+
+TEST_F(RangeVersionsTest, SameBufferTwiceReadAndOverwriteIsAWrite) {
+  make(1024);
+  run({{0, 1024, Access::overwrite}}, 1, ev(1));
+  Plan p = run({{0, 1024, Access::read}, {0, 1024, Access::overwrite}}, 2, ev(2));
+  EXPECT_FALSE(p.copies.empty()) << "the read part needs the data";
+  EXPECT_FALSE(buffer_->valid_at(1, 0, 1)) << "and it counts as a write";
+}
+
+TEST_F(RangeVersionsTest, SpansMergeBackAfterAWholeWrite) {
+  make(4096);
+  for (int i = 0; i < 8; ++i) run({{static_cast<std::uint64_t>(i) * 512, 512, Access::overwrite}}, 1 + i % 3, ev(i + 1));
+  EXPECT_GE(buffer_->span_count(), 8u);
+  run({{0, 4096, Access::overwrite}}, 2, ev(20));
+  EXPECT_EQ(buffer_->span_count(), 1u);
+}
+
+TEST_F(RangeVersionsTest, EvictionWritesBackOnlyTheOnlyCopies) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  run({{0, 1024, Access::read}}, 2, ev(2));  // [0, 1024) now also on the host and device 2
+  EXPECT_EQ(buffer_->bytes_only_at(1), 3072u);
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].src, 1u);
+  EXPECT_EQ(p.copies[0].dst, kHost);
+  EXPECT_EQ(p.copies[0].offset, 1024u);
+  EXPECT_EQ(p.copies[0].size, 3072u);
+  EXPECT_TRUE(waits_for(p.wait, ev(2))) << "the storage outlives its readers";
+  buffer_->commit_evict(p, std::vector<Event>{ev(50)}, 1);
+  EXPECT_FALSE(buffer_->valid_at(1, 0, 1));
+  EXPECT_TRUE(buffer_->valid_at(kHost, 0, 4096));
+  EXPECT_EQ(buffer_->bytes_only_at(1), 0u);
+  // The next read on device 1 fetches it again, after the write-back.
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(3));
+  ASSERT_FALSE(r.copies.empty());
+}
+
+TEST_F(RangeVersionsTest, FinishedEventsArePruned) {
+  ops_.finished = [](void*, Event) { return true; };  // everything has finished
+  make(4096);
+  for (int i = 1; i <= 20; ++i) run({{0, 4096, Access::read}}, kHost, ev(i));
+  Plan w;
+  buffer_->plan({{{0, 4096, Access::overwrite}}}, kHost, cost_, w);
+  EXPECT_LE(w.wait.size(), 8u) << "finished readers are dropped from the lists";
+}
+
+TEST_F(RangeVersionsTest, WalkReportsVersionsAndHolders) {
+  make(1000);
+  run({{100, 200, Access::overwrite}}, 3, ev(1));
+  std::vector<SpanInfo> spans;
+  buffer_->walk([&](const SpanInfo& s) { spans.push_back(s); });
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[1].offset, 100u);
+  EXPECT_EQ(spans[1].size, 200u);
+  EXPECT_TRUE(spans[1].valid.contains(3));
+  EXPECT_EQ(spans[1].valid.count(), 1u);
+  EXPECT_GT(spans[1].version, spans[0].version);
+  EXPECT_EQ(spans[0].version, spans[2].version);
+}
+
+TEST_F(RangeVersionsTest, BadConstructionIsRejected) {
+  EXPECT_THROW(RangeVersions(0, LocationSet::of(kHost), ops_), std::invalid_argument);
+  EXPECT_THROW(RangeVersions(16, LocationSet{}, ops_), std::invalid_argument);
+  make(16);
+  Plan p;
+  EXPECT_THROW(buffer_->plan_evict(kHost, cost_, p), std::invalid_argument);
+  buffer_->plan({{{0, 16, Access::read}}}, 1, cost_, p);
+  EXPECT_THROW(buffer_->commit(p, {}, {{{0, 16, Access::read}}}, 1, ev(1)), std::invalid_argument);
+}
