@@ -16,6 +16,49 @@ void add_unique(std::vector<Event>& list, Event e) {
   if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
 }
 
+
+// Calls f(begin, end, access) for each maximal piece of the uses' union with
+// one combined access, in offset order: where uses overlap, any read of old
+// content plus any write makes read_write.
+template <class F>
+void for_each_piece(std::span<const Use> uses, F&& f) {
+  if (uses.size() == 1) {  // the common case, without the sweep
+    f(uses[0].offset, uses[0].offset + uses[0].size, uses[0].access);
+    return;
+  }
+  std::vector<std::uint64_t> cuts;
+  cuts.reserve(uses.size() * 2);
+  for (const Use& u : uses) {
+    cuts.push_back(u.offset);
+    cuts.push_back(u.offset + u.size);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::uint64_t run_begin = 0, run_end = 0;
+  bool have_run = false;
+  Access run_access = Access::read;
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const std::uint64_t b = cuts[i], e = cuts[i + 1];
+    bool covered = false, reads = false, writes_any = false;
+    for (const Use& u : uses) {
+      if (u.offset <= b && e <= u.offset + u.size) {
+        covered = true;
+        reads = reads || reads_old_content(u.access);
+        writes_any = writes_any || writes(u.access);
+      }
+    }
+    if (!covered) continue;
+    const Access a = !writes_any ? Access::read : (reads ? Access::read_write : Access::overwrite);
+    if (have_run && run_end == b && run_access == a) {
+      run_end = e;
+      continue;
+    }
+    if (have_run) f(run_begin, run_end, run_access);
+    run_begin = b, run_end = e, run_access = a, have_run = true;
+  }
+  if (have_run) f(run_begin, run_end, run_access);
+}
+
 }  // namespace
 
 RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, const EventOps& ops)
@@ -123,45 +166,6 @@ void RangeVersions::prune(Span& s) {
   }
 }
 
-void RangeVersions::for_each_piece(std::span<const Use> uses,
-                                   const std::function<void(std::uint64_t, std::uint64_t, Access)>& f) {
-  if (uses.size() == 1) {  // the common case, without the sweep
-    f(uses[0].offset, uses[0].offset + uses[0].size, uses[0].access);
-    return;
-  }
-  std::vector<std::uint64_t> cuts;
-  cuts.reserve(uses.size() * 2);
-  for (const Use& u : uses) {
-    cuts.push_back(u.offset);
-    cuts.push_back(u.offset + u.size);
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  std::uint64_t run_begin = 0, run_end = 0;
-  bool have_run = false;
-  Access run_access = Access::read;
-  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
-    const std::uint64_t b = cuts[i], e = cuts[i + 1];
-    bool covered = false, reads = false, writes_any = false;
-    for (const Use& u : uses) {
-      if (u.offset <= b && e <= u.offset + u.size) {
-        covered = true;
-        reads = reads || reads_old_content(u.access);
-        writes_any = writes_any || writes(u.access);
-      }
-    }
-    if (!covered) continue;
-    const Access a = !writes_any ? Access::read : (reads ? Access::read_write : Access::overwrite);
-    if (have_run && run_end == b && run_access == a) {
-      run_end = e;
-      continue;
-    }
-    if (have_run) f(run_begin, run_end, run_access);
-    run_begin = b, run_end = e, run_access = a, have_run = true;
-  }
-  if (have_run) f(run_begin, run_end, run_access);
-}
-
 void RangeVersions::plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost,
                                Plan& out) const {
   for (auto it = std::prev(spans_.upper_bound(begin)); it != spans_.end() && it->first < end; ++it) {
@@ -254,13 +258,18 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
     lo = std::min(lo, c.offset), hi = std::max(hi, c.offset + c.size);
   }
 
+  // A read-only command on existing span boundaries changes only reader
+  // lists, which never lets neighbours merge: skip the merge pass then.
+  bool reshaped = !plan.copies.empty();
   bool writes_any = false;
   for (const Use& u : uses) writes_any = writes_any || writes(u.access);
   const std::uint64_t version = writes_any ? next_version_++ : 0;
 
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+    const std::size_t spans_before = spans_.size();
     split_at(begin);
     split_at(end);
+    reshaped = reshaped || spans_.size() != spans_before || writes(access);
     for (auto it = spans_.find(begin); it != spans_.end() && it->first < end; ++it) {
       Span& s = it->second;
       if (!writes(access)) {
@@ -278,7 +287,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);
   });
-  if (lo < hi) merge_range(lo, hi);
+  if (reshaped && lo < hi) merge_range(lo, hi);
 }
 
 void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) const {

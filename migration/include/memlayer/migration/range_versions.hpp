@@ -127,10 +127,6 @@ class RangeVersions {
   void drop_span(const Span& s) const;
   void add_reader(Span& s, Event e);
   void prune(Span& s);
-  /// Calls f(begin, end, access) for each maximal piece of the uses' union
-  /// with one combined access, in offset order.
-  static void for_each_piece(std::span<const Use> uses,
-                             const std::function<void(std::uint64_t, std::uint64_t, Access)>& f);
   void plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost, Plan& out) const;
 
   std::uint64_t size_;
