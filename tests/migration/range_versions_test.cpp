@@ -271,3 +271,28 @@ TEST_F(RangeVersionsTest, BadConstructionIsRejected) {
   buffer_->plan({{{0, 16, Access::read}}}, 1, cost_, p);
   EXPECT_THROW(buffer_->commit(p, {}, {{{0, 16, Access::read}}}, 1, ev(1)), std::invalid_argument);
 }
+
+// doc/migration.md's worked example, step by step.
+TEST_F(RangeVersionsTest, TheWorkedExampleOfTheDocs) {
+  make(2048);
+  run({{0, 1024, Access::overwrite}}, 1, ev(1));
+  run({{1024, 1024, Access::overwrite}}, 2, ev(2));
+  Plan p3 = run({{0, 2048, Access::read}}, 1, ev(3));  // copies get events 1000, 1001
+  ASSERT_EQ(p3.copies.size(), 2u);
+  EXPECT_EQ(p3.copies[0].src, 2u);
+  EXPECT_EQ(p3.copies[0].dst, kHost);
+  EXPECT_EQ(p3.copies[0].offset, 1024u);
+  EXPECT_EQ(p3.copies[1].after, 0);
+  EXPECT_TRUE(waits_for(p3.copies[0].wait, ev(2)));
+  EXPECT_TRUE(waits_for(p3.wait, ev(1)) && waits_for(p3.wait, ev(2)));
+  EXPECT_EQ(p3.bytes_moved(), 2048u);
+  Plan p4 = run({{1024, 1024, Access::read}}, 3, ev(4));  // copy event 1002
+  ASSERT_EQ(p4.copies.size(), 1u);
+  EXPECT_EQ(p4.copies[0].src, kHost);
+  EXPECT_TRUE(waits_for(p4.copies[0].wait, ev(1000)));
+  Plan p5 = run({{0, 2048, Access::overwrite}}, 2, ev(5));
+  EXPECT_TRUE(p5.copies.empty());
+  for (Event e : {ev(1), ev(2), ev(3), ev(4), ev(1000), ev(1001), ev(1002)})
+    EXPECT_TRUE(waits_for(p5.wait, e)) << e;
+  EXPECT_EQ(buffer_->span_count(), 1u);
+}
