@@ -1,0 +1,111 @@
+// memlayer/drivers/sim_device.hpp — a discrete device simulated in host memory.
+//
+// Its global memory is one host arena, placed with hwloc on a NUMA node
+// (hwloc_alloc_membind), and memlayer's worker threads for it are bound to
+// that node's cores. Transfers are real memcpys; an optional link model
+// (latency + bandwidth) makes them take the time a real link would, so
+// migration cost is visible; fault injection fails the Nth allocation or a
+// transfer with probability p (seeded, reproducible) for tests. Kernels are
+// host callables that receive pointers into the arena.
+//
+// Device addresses start at a per-device base far from 0 (and from every
+// other sim device's), so an address used on the wrong device is caught.
+// Every operation checks its range against the arena and returns
+// CL_INVALID_VALUE naming the range otherwise; nothing here aborts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "memlayer/runtime/device_driver.hpp"
+
+namespace memlayer::drivers {
+
+struct SimOptions {
+  std::uint64_t memory_size = std::uint64_t{256} << 20;  ///< the arena: the device's global memory
+  std::uint64_t local_mem_size = 64 << 10;               ///< per compute unit
+  std::uint64_t base_alignment = 128;
+  unsigned compute_units = 2;
+  unsigned worker_threads = 2;
+  runtime::LinkCost host_link{10e-6, 12e9};
+  /// Direct copies between sim devices over this link; none: through the host.
+  std::optional<runtime::LinkCost> peer_link;
+  /// Make transfers take at least the link model's time (sleeping the rest).
+  bool model_link_time = false;
+  /// Fault injection: the Nth on_allocate() on each device fails (1-based;
+  /// 0 = never), and each transfer fails with this probability.
+  std::uint64_t fail_allocation_number = 0;
+  double transfer_failure_probability = 0.0;
+  std::uint64_t fault_seed = 1;
+};
+
+class SimTopology;  // the shared hwloc topology
+
+class SimDevice final : public runtime::DeviceDriver {
+ public:
+  /// Makes `count` sim devices, or one per NUMA node when count is 0, spread
+  /// round-robin over the NUMA nodes. Fails (nothing made) if hwloc cannot
+  /// load the topology or an arena cannot be allocated.
+  static runtime::Status create(unsigned count, const SimOptions& options,
+                                std::vector<std::unique_ptr<SimDevice>>& out);
+
+  ~SimDevice() override;
+  SimDevice(const SimDevice&) = delete;
+  SimDevice& operator=(const SimDevice&) = delete;
+
+  [[nodiscard]] const runtime::DeviceInfo& info() const noexcept override { return info_; }
+  [[nodiscard]] runtime::DeviceAddress memory_base() const noexcept override { return base_; }
+  void on_worker_start(unsigned worker_index) override;
+  runtime::Status on_allocate(runtime::DeviceAddress address, std::uint64_t size) override;
+
+  runtime::Status write(runtime::DeviceAddress dst, const void* src, std::uint64_t size) override;
+  runtime::Status read(runtime::DeviceAddress src, void* dst, std::uint64_t size) override;
+  runtime::Status copy(runtime::DeviceAddress src, runtime::DeviceAddress dst, std::uint64_t size) override;
+  runtime::Status fill(runtime::DeviceAddress dst, std::uint64_t size, std::span<const std::byte> pattern) override;
+  [[nodiscard]] void* host_pointer(runtime::DeviceAddress address) override;
+
+  [[nodiscard]] runtime::LinkCost host_link() const override { return options_.host_link; }
+  [[nodiscard]] std::optional<runtime::LinkCost> peer_link(const runtime::DeviceDriver& source) const override;
+  runtime::Status copy_from_peer(runtime::DeviceDriver& source, runtime::DeviceAddress src,
+                                 runtime::DeviceAddress dst, std::uint64_t size) override;
+  runtime::Status run_kernel(const runtime::KernelFunction& kernel,
+                             std::span<const runtime::DeviceAddress> buffers) override;
+
+  /// Whether the arena really is bound to its NUMA node (hwloc may refuse on
+  /// a machine or container without memory binding; it then stays unbound).
+  [[nodiscard]] bool memory_bound() const noexcept { return memory_bound_; }
+  /// Bytes moved in and out (host link, peer link), for the stress summary.
+  [[nodiscard]] std::uint64_t bytes_transferred() const noexcept { return bytes_transferred_.load(); }
+
+  /// Only create() can make the key: devices come from create(), which
+  /// checks the options and the arena, but make_unique needs a public
+  /// constructor.
+  class Key {
+    friend class SimDevice;
+    Key() = default;
+  };
+  SimDevice(Key, std::shared_ptr<SimTopology> topology, unsigned index, int numa_node, const SimOptions& options);
+
+ private:
+  runtime::Status init_arena();
+  /// The arena pointer for [address, address + size), or nullptr.
+  [[nodiscard]] std::byte* locate(runtime::DeviceAddress address, std::uint64_t size) const;
+  runtime::Status out_of_range(const char* op, runtime::DeviceAddress address, std::uint64_t size) const;
+  runtime::Status maybe_fail_transfer(const char* op);
+  void pace(const runtime::LinkCost& link, std::uint64_t bytes, double elapsed_s) const;
+
+  std::shared_ptr<SimTopology> topology_;
+  SimOptions options_;
+  runtime::DeviceInfo info_;
+  runtime::DeviceAddress base_;
+  std::byte* arena_ = nullptr;
+  bool memory_bound_ = false;
+  std::atomic<std::uint64_t> allocations_{0};
+  std::atomic<std::uint64_t> transfers_{0};
+  std::atomic<std::uint64_t> bytes_transferred_{0};
+};
+
+}  // namespace memlayer::drivers

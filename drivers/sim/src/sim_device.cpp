@@ -1,0 +1,242 @@
+#include "memlayer/drivers/sim_device.hpp"
+
+#include <hwloc.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace memlayer::drivers {
+
+using runtime::DeviceAddress;
+using runtime::Status;
+
+namespace {
+// OpenCL's codes, without pulling in the OpenCL headers.
+constexpr int kInvalidValue = -30;
+constexpr int kOutOfResources = -5;
+constexpr int kMemObjectAllocationFailure = -4;
+
+// SplitMix64: a seeded, stateless stream; op n of a device draws mix(seed, n).
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+// One hwloc topology for every sim device of a process: loading it is slow
+// and its objects must outlive every device that points into it.
+class SimTopology {
+ public:
+  SimTopology() = default;
+  SimTopology(const SimTopology&) = delete;
+  SimTopology& operator=(const SimTopology&) = delete;
+  ~SimTopology() {
+    if (loaded_) hwloc_topology_destroy(topology_);
+  }
+  Status load() {
+    if (hwloc_topology_init(&topology_) != 0) return Status::error(kOutOfResources, "sim: hwloc_topology_init failed");
+    loaded_ = true;
+    if (hwloc_topology_load(topology_) != 0) return Status::error(kOutOfResources, "sim: hwloc_topology_load failed");
+    return {};
+  }
+  hwloc_topology_t get() const { return topology_; }
+  hwloc_obj_t numa_node(int index) const {
+    return hwloc_get_obj_by_type(topology_, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(index));
+  }
+  int numa_count() const {
+    const int n = hwloc_get_nbobjs_by_type(topology_, HWLOC_OBJ_NUMANODE);
+    return n > 0 ? n : 1;
+  }
+
+ private:
+  hwloc_topology_t topology_ = nullptr;
+  bool loaded_ = false;
+};
+
+Status SimDevice::create(unsigned count, const SimOptions& options, std::vector<std::unique_ptr<SimDevice>>& out) {
+  if (options.memory_size == 0) return Status::error(kInvalidValue, "sim: memory_size must be > 0");
+  if (options.base_alignment == 0 || (options.base_alignment & (options.base_alignment - 1)) != 0)
+    return Status::error(kInvalidValue, "sim: base_alignment must be a power of two");
+  if (options.worker_threads == 0 || options.compute_units == 0)
+    return Status::error(kInvalidValue, "sim: worker_threads and compute_units must be > 0");
+  if (options.transfer_failure_probability < 0 || options.transfer_failure_probability > 1)
+    return Status::error(kInvalidValue, "sim: transfer_failure_probability must be in [0, 1]");
+  auto topology = std::make_shared<SimTopology>();
+  if (Status s = topology->load(); !s.ok()) return s;
+  const int nodes = topology->numa_count();
+  if (count == 0) count = static_cast<unsigned>(nodes);
+  std::vector<std::unique_ptr<SimDevice>> made;
+  for (unsigned i = 0; i < count; ++i) {
+    auto device = std::make_unique<SimDevice>(Key{}, topology, i, static_cast<int>(i % static_cast<unsigned>(nodes)),
+                                              options);
+    if (Status s = device->init_arena(); !s.ok()) return s;
+    made.push_back(std::move(device));
+  }
+  for (auto& d : made) out.push_back(std::move(d));
+  return {};
+}
+
+SimDevice::SimDevice(Key, std::shared_ptr<SimTopology> topology, unsigned index, int numa_node,
+                     const SimOptions& options)
+    : topology_(std::move(topology)), options_(options),
+      // 2^44 apart: distinct, far from 0, room for arenas up to 16 TiB.
+      base_((DeviceAddress{index} + 1) << 44) {
+  info_.name = "sim" + std::to_string(index);
+  info_.global_mem_size = options.memory_size;
+  info_.local_mem_size = options.local_mem_size;
+  info_.base_alignment = options.base_alignment;
+  info_.compute_units = options.compute_units;
+  info_.worker_threads = options.worker_threads;
+  info_.numa_node = numa_node;
+}
+
+Status SimDevice::init_arena() {
+  hwloc_topology_t topo = topology_->get();
+  if (hwloc_obj_t node = topology_->numa_node(info_.numa_node)) {
+    arena_ = static_cast<std::byte*>(hwloc_alloc_membind(topo, options_.memory_size, node->nodeset,
+                                                         HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET));
+    memory_bound_ = arena_ != nullptr;
+  }
+  if (arena_ == nullptr) arena_ = static_cast<std::byte*>(hwloc_alloc(topo, options_.memory_size));
+  if (arena_ == nullptr) {
+    return Status::error(kOutOfResources, info_.name + ": cannot allocate a " + std::to_string(options_.memory_size) +
+                                              "-byte arena");
+  }
+  return {};
+}
+
+SimDevice::~SimDevice() {
+  if (arena_ != nullptr) hwloc_free(topology_->get(), arena_, options_.memory_size);
+}
+
+void SimDevice::on_worker_start(unsigned) {
+  // Best effort: a container may forbid binding; the work still runs.
+  if (hwloc_obj_t node = topology_->numa_node(info_.numa_node); node != nullptr && node->cpuset != nullptr)
+    hwloc_set_cpubind(topology_->get(), node->cpuset, HWLOC_CPUBIND_THREAD);
+}
+
+Status SimDevice::on_allocate(DeviceAddress address, std::uint64_t size) {
+  const std::uint64_t n = allocations_.fetch_add(1) + 1;
+  if (options_.fail_allocation_number != 0 && n == options_.fail_allocation_number) {
+    return Status::error(kMemObjectAllocationFailure,
+                         info_.name + ": allocation " + std::to_string(n) + " failed (injected)");
+  }
+  if (locate(address, size) == nullptr) return out_of_range("allocate", address, size);
+  return {};
+}
+
+std::byte* SimDevice::locate(DeviceAddress address, std::uint64_t size) const {
+  if (address < base_ || address - base_ > options_.memory_size || size > options_.memory_size - (address - base_))
+    return nullptr;
+  return arena_ + (address - base_);
+}
+
+Status SimDevice::out_of_range(const char* op, DeviceAddress address, std::uint64_t size) const {
+  return Status::error(kInvalidValue, info_.name + ": " + op + " of [" + std::to_string(address) + ", +" +
+                                          std::to_string(size) + ") is outside device memory [" +
+                                          std::to_string(base_) + ", +" + std::to_string(options_.memory_size) + ")");
+}
+
+Status SimDevice::maybe_fail_transfer(const char* op) {
+  const std::uint64_t n = transfers_.fetch_add(1);
+  if (options_.transfer_failure_probability <= 0) return {};
+  const double draw = static_cast<double>(mix(options_.fault_seed ^ mix(n)) >> 11) * 0x1.0p-53;
+  if (draw >= options_.transfer_failure_probability) return {};
+  return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected, probability " +
+                                            std::to_string(options_.transfer_failure_probability) + ")");
+}
+
+// With the link model on, a transfer takes at least what the link would.
+void SimDevice::pace(const runtime::LinkCost& link, std::uint64_t bytes, double elapsed_s) const {
+  if (!options_.model_link_time) return;
+  const double remaining = link.seconds(bytes) - elapsed_s;
+  if (remaining > 0) std::this_thread::sleep_for(std::chrono::duration<double>(remaining));
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Status SimDevice::write(DeviceAddress dst, const void* src, std::uint64_t size) {
+  std::byte* to = locate(dst, size);
+  if (to == nullptr) return out_of_range("write", dst, size);
+  if (Status s = maybe_fail_transfer("write"); !s.ok()) return s;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::memcpy(to, src, size);
+  bytes_transferred_ += size;
+  pace(options_.host_link, size, seconds_since(t0));
+  return {};
+}
+
+Status SimDevice::read(DeviceAddress src, void* dst, std::uint64_t size) {
+  const std::byte* from = locate(src, size);
+  if (from == nullptr) return out_of_range("read", src, size);
+  if (Status s = maybe_fail_transfer("read"); !s.ok()) return s;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::memcpy(dst, from, size);
+  bytes_transferred_ += size;
+  pace(options_.host_link, size, seconds_since(t0));
+  return {};
+}
+
+Status SimDevice::copy(DeviceAddress src, DeviceAddress dst, std::uint64_t size) {
+  const std::byte* from = locate(src, size);
+  if (from == nullptr) return out_of_range("copy source", src, size);
+  std::byte* to = locate(dst, size);
+  if (to == nullptr) return out_of_range("copy destination", dst, size);
+  std::memmove(to, from, size);  // a copy within one buffer may overlap
+  return {};
+}
+
+Status SimDevice::fill(DeviceAddress dst, std::uint64_t size, std::span<const std::byte> pattern) {
+  if (pattern.empty() || size % pattern.size() != 0)
+    return Status::error(kInvalidValue, info_.name + ": fill size " + std::to_string(size) +
+                                            " is not a multiple of the pattern size " +
+                                            std::to_string(pattern.size()));
+  std::byte* to = locate(dst, size);
+  if (to == nullptr) return out_of_range("fill", dst, size);
+  for (std::uint64_t i = 0; i < size; i += pattern.size()) std::memcpy(to + i, pattern.data(), pattern.size());
+  return {};
+}
+
+void* SimDevice::host_pointer(DeviceAddress address) { return locate(address, 0); }
+
+std::optional<runtime::LinkCost> SimDevice::peer_link(const runtime::DeviceDriver& source) const {
+  if (!options_.peer_link || dynamic_cast<const SimDevice*>(&source) == nullptr || &source == this) return std::nullopt;
+  return options_.peer_link;
+}
+
+Status SimDevice::copy_from_peer(runtime::DeviceDriver& source, DeviceAddress src, DeviceAddress dst,
+                                 std::uint64_t size) {
+  auto* peer = dynamic_cast<SimDevice*>(&source);
+  if (peer == nullptr || !peer_link(source)) return DeviceDriver::copy_from_peer(source, src, dst, size);
+  const std::byte* from = peer->locate(src, size);
+  if (from == nullptr) return peer->out_of_range("peer copy source", src, size);
+  std::byte* to = locate(dst, size);
+  if (to == nullptr) return out_of_range("peer copy destination", dst, size);
+  if (Status s = maybe_fail_transfer("peer copy"); !s.ok()) return s;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::memcpy(to, from, size);
+  bytes_transferred_ += size;
+  pace(*options_.peer_link, size, seconds_since(t0));
+  return {};
+}
+
+Status SimDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<const DeviceAddress> buffers) {
+  std::vector<void*> pointers;
+  pointers.reserve(buffers.size());
+  for (DeviceAddress a : buffers) {
+    std::byte* p = locate(a, 0);
+    if (p == nullptr) return out_of_range("kernel argument", a, 0);
+    pointers.push_back(p);
+  }
+  return kernel(pointers);
+}
+
+}  // namespace memlayer::drivers

@@ -1,0 +1,10 @@
+#include "memlayer/runtime/device_driver.hpp"
+
+namespace memlayer::runtime {
+
+Status DeviceDriver::copy_from_peer(DeviceDriver& source, DeviceAddress, DeviceAddress, std::uint64_t) {
+  return Status::error(-30 /* CL_INVALID_VALUE */,
+                       info().name + ": no direct copy path from " + source.info().name);
+}
+
+}  // namespace memlayer::runtime
