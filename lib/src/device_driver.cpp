@@ -3,7 +3,7 @@
 namespace memlayer::runtime {
 
 Status DeviceDriver::copy_from_peer(DeviceDriver& source, DeviceAddress, DeviceAddress, std::uint64_t) {
-  return Status::error(-30 /* CL_INVALID_VALUE */,
+  return Status::error(cl::kInvalidValue,
                        info().name + ": no direct copy path from " + source.info().name);
 }
 

@@ -10,7 +10,7 @@ using runtime::DeviceAddress;
 using runtime::Status;
 
 namespace {
-constexpr int kInvalidValue = -30;
+using runtime::cl::kInvalidValue;
 
 void* pointer(DeviceAddress a) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(a)); }
 

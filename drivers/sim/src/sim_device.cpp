@@ -13,10 +13,9 @@ using runtime::DeviceAddress;
 using runtime::Status;
 
 namespace {
-// OpenCL's codes, without pulling in the OpenCL headers.
-constexpr int kInvalidValue = -30;
-constexpr int kOutOfResources = -5;
-constexpr int kMemObjectAllocationFailure = -4;
+using runtime::cl::kInvalidValue;
+using runtime::cl::kMemObjectAllocationFailure;
+using runtime::cl::kOutOfResources;
 
 // SplitMix64: a seeded, stateless stream; op n of a device draws mix(seed, n).
 std::uint64_t mix(std::uint64_t x) {

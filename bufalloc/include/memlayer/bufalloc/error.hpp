@@ -62,13 +62,14 @@ struct Error {
   [[nodiscard]] std::string message() const;
 };
 
-/// Either a value or an Error. Success carries just the value (no error
-/// figures to fill in), so the hot path pays for one tag and the value.
-template <class T>
+/// Either a value or an error (an Error here; other layers of memlayer use
+/// the same type with their own error). Success carries just the value (no
+/// error figures to fill in), so the hot path pays for one tag and the value.
+template <class T, class E = Error>
 class [[nodiscard]] Result {
  public:
   Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
-  Result(Error error) : state_(std::in_place_index<1>, error) {}         // NOLINT: implicit by design
+  Result(E error) : state_(std::in_place_index<1>, std::move(error)) {}  // NOLINT: implicit by design
 
   [[nodiscard]] bool ok() const noexcept { return state_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
@@ -76,28 +77,29 @@ class [[nodiscard]] Result {
   [[nodiscard]] const T& value() const& noexcept { return *std::get_if<0>(&state_); }
   [[nodiscard]] T& value() & noexcept { return *std::get_if<0>(&state_); }
   [[nodiscard]] T&& value() && noexcept { return std::move(*std::get_if<0>(&state_)); }
-  /// The error; code == Errc::ok when ok().
-  [[nodiscard]] const Error& error() const noexcept {
-    static constexpr Error kNone{};
-    const Error* e = std::get_if<1>(&state_);
+  /// The error; a default-constructed E (Errc::ok for Error) when ok().
+  [[nodiscard]] const E& error() const noexcept {
+    static const E kNone{};
+    const E* e = std::get_if<1>(&state_);
     return e != nullptr ? *e : kNone;
   }
 
  private:
-  std::variant<T, Error> state_;
+  std::variant<T, E> state_;
 };
 
-template <>
-class [[nodiscard]] Result<void> {
+template <class E>
+class [[nodiscard]] Result<void, E> {
  public:
   Result() = default;
-  Result(Error error) : error_(error) {}  // NOLINT: implicit by design
-  [[nodiscard]] bool ok() const noexcept { return error_.code == Errc::ok; }
+  Result(E error) : error_(std::move(error)), failed_(true) {}  // NOLINT: implicit by design
+  [[nodiscard]] bool ok() const noexcept { return !failed_; }
   explicit operator bool() const noexcept { return ok(); }
-  [[nodiscard]] const Error& error() const noexcept { return error_; }
+  [[nodiscard]] const E& error() const noexcept { return error_; }
 
  private:
-  Error error_{};
+  E error_{};
+  bool failed_ = false;
 };
 
 }  // namespace memlayer::bufalloc

@@ -31,21 +31,12 @@
 #include <string>
 #include <utility>
 
+#include "memlayer/runtime/status.hpp"
+
 namespace memlayer::runtime {
 
 /// An address in a device's global memory space.
 using DeviceAddress = std::uint64_t;
-
-/// Success, or an OpenCL error code (< 0) with a message that names the
-/// problem ("sim0: transfer failed (injected, probability 0.01)").
-struct Status {
-  int code = 0;
-  std::string message;
-
-  [[nodiscard]] bool ok() const noexcept { return code == 0; }
-  static Status success() { return {}; }
-  static Status error(int code, std::string message) { return Status{code, std::move(message)}; }
-};
 
 /// A link's cost model: latency plus size over bandwidth.
 struct LinkCost {

@@ -1,0 +1,74 @@
+// memlayer/runtime/context.hpp — a context over N devices: buffers, queues,
+// user events, and the statistics of what moved.
+//
+// Thread-safety: every function may be called from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "memlayer/bufalloc/stats.hpp"
+#include "memlayer/runtime/buffer.hpp"
+#include "memlayer/runtime/device_driver.hpp"
+#include "memlayer/runtime/event.hpp"
+#include "memlayer/runtime/status.hpp"
+
+namespace memlayer::runtime {
+
+class Queue;
+namespace detail {
+class ContextState;
+}
+
+struct ContextStats {
+  std::uint64_t bytes_migrated = 0;    ///< bytes moved by migration copies (a staged copy counts twice)
+  std::uint64_t copies_direct = 0;     ///< device-to-device migration copies
+  std::uint64_t copies_to_host = 0;    ///< device-to-host legs (staging, write-backs)
+  std::uint64_t copies_from_host = 0;  ///< host-to-device legs
+  std::uint64_t evictions = 0;         ///< device copies dropped to make room
+  std::uint64_t write_backs = 0;       ///< evictions that had to save the only copy first
+  std::vector<bufalloc::RegionStats> devices;  ///< each device's global-memory allocator
+};
+
+class Context {
+ public:
+  /// A context over these devices (at least one; at most 63 with their own
+  /// memory). Errors: kInvalidValue naming the problem.
+  static Result<std::shared_ptr<Context>> create(std::vector<std::unique_ptr<DeviceDriver>> devices);
+  ~Context();
+
+  [[nodiscard]] std::size_t device_count() const;
+  [[nodiscard]] const DeviceInfo& device_info(std::size_t device) const;
+
+  /// OpenCL's clCreateBuffer: flags from mem::, host_ptr for USE_/COPY_HOST_PTR.
+  /// Takes no device memory. Errors: kInvalidBufferSize (0), kInvalidValue
+  /// (conflicting flags), kInvalidHostPtr (host_ptr missing or unexpected),
+  /// kOutOfHostMemory.
+  Result<Buffer> create_buffer(std::uint32_t flags, std::uint64_t size, void* host_ptr = nullptr);
+
+  /// OpenCL's clCreateSubBuffer (region): flags inherit from the parent where
+  /// absent. Errors: kInvalidMemObject (parent is a sub-buffer or empty),
+  /// kInvalidValue (out of bounds, flags that contradict the parent's),
+  /// kInvalidBufferSize (0), kMisalignedSubBufferOffset (origin not a
+  /// multiple of every device's base alignment).
+  Result<Buffer> create_sub_buffer(const Buffer& parent, std::uint32_t flags, std::uint64_t origin,
+                                   std::uint64_t size);
+
+  /// A queue on `device`. Errors: kInvalidDevice.
+  Result<std::shared_ptr<Queue>> create_queue(std::size_t device, bool out_of_order = false);
+
+  /// An event the host completes or fails with Event::set_user_status().
+  Event create_user_event();
+
+  [[nodiscard]] ContextStats stats() const;
+
+  explicit Context(std::shared_ptr<detail::ContextState> state);
+  [[nodiscard]] detail::ContextState& state() const { return *state_; }
+
+ private:
+  // Shared: buffers and queues keep the devices alive after the Context goes.
+  std::shared_ptr<detail::ContextState> state_;
+};
+
+}  // namespace memlayer::runtime

@@ -1,0 +1,103 @@
+// memlayer/runtime/queue.hpp — commands on one device.
+//
+// An in-order queue runs its commands one after another; an out-of-order
+// queue only by their wait lists (and memlayer's own ordering of buffer
+// accesses). Either way, memlayer orders conflicting accesses to the same
+// bytes in enqueue order across all queues and devices, migrating what each
+// command reads to its device first (see doc/migration.md).
+//
+// Every enqueue returns the command's Event, or fails with nothing enqueued
+// and nothing changed: kInvalidValue / kInvalidMemObject / kInvalidOperation
+// for bad arguments (named in the message), kInvalidEventWaitList for an
+// empty event in the wait list, kMemObjectAllocationFailure when the device
+// cannot hold a buffer even after evicting what it can.
+//
+// Thread-safety: any thread may enqueue on any queue at any time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "memlayer/migration/access.hpp"
+#include "memlayer/runtime/buffer.hpp"
+#include "memlayer/runtime/device_driver.hpp"
+#include "memlayer/runtime/event.hpp"
+#include "memlayer/runtime/status.hpp"
+
+namespace memlayer::runtime {
+
+namespace detail {
+class ContextState;
+struct QueueState;
+}  // namespace detail
+
+/// OpenCL's cl_map_flags values.
+namespace map {
+inline constexpr std::uint32_t kRead = 1u << 0;
+inline constexpr std::uint32_t kWrite = 1u << 1;
+inline constexpr std::uint32_t kWriteInvalidateRegion = 1u << 2;
+}  // namespace map
+
+struct KernelArg {
+  Buffer buffer;
+  /// read, write (may leave bytes unwritten) or read_write; overwrite only if
+  /// the kernel writes every byte.
+  migration::Access access = migration::Access::read_write;
+};
+
+class Queue {
+ public:
+  using WaitList = std::span<const Event>;
+
+  Result<Event> enqueue_write(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, const void* source,
+                              bool blocking, WaitList wait = {});
+  Result<Event> enqueue_read(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, void* destination,
+                             bool blocking, WaitList wait = {});
+  /// Also within one buffer, and between sub-buffers of one parent; the
+  /// ranges must not overlap (kMemCopyOverlap in OpenCL: kInvalidValue here).
+  Result<Event> enqueue_copy(const Buffer& source, const Buffer& destination, std::uint64_t source_offset,
+                             std::uint64_t destination_offset, std::uint64_t size, WaitList wait = {});
+  Result<Event> enqueue_fill(const Buffer& buffer, const void* pattern, std::uint64_t pattern_size,
+                             std::uint64_t offset, std::uint64_t size, WaitList wait = {});
+
+  struct Mapping {
+    void* pointer = nullptr;
+    Event event;
+  };
+  /// Maps through the buffer's host copy (the user's memory for
+  /// USE_HOST_PTR). kWrite and kRead|kWrite count as writes; a
+  /// write-invalidate map transfers nothing.
+  Result<Mapping> enqueue_map(const Buffer& buffer, std::uint32_t flags, std::uint64_t offset, std::uint64_t size,
+                              bool blocking, WaitList wait = {});
+  /// Errors: kInvalidValue if `pointer` is not a live mapping of `buffer`.
+  Result<Event> enqueue_unmap(const Buffer& buffer, void* pointer, WaitList wait = {});
+
+  /// Moves the buffers' content to this queue's device (or the host); with
+  /// content_undefined, drops it instead.
+  Result<Event> enqueue_migrate(std::span<const Buffer> buffers, bool to_host, bool content_undefined,
+                                WaitList wait = {});
+
+  /// Runs `kernel` on this device with the buffers' device pointers; the same
+  /// buffer may appear twice (a writable use makes it a write).
+  Result<Event> enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait = {});
+
+  Result<Event> enqueue_marker(WaitList wait = {});
+  Result<Event> enqueue_barrier(WaitList wait = {});
+  /// Commands are submitted as soon as they are ready: nothing to flush.
+  Status flush();
+  /// Waits for every command enqueued so far; their first failure, if any.
+  Status finish();
+
+  [[nodiscard]] std::size_t device() const;
+  [[nodiscard]] bool out_of_order() const;
+
+  explicit Queue(std::unique_ptr<detail::QueueState> state);
+  ~Queue();
+
+ private:
+  std::unique_ptr<detail::QueueState> state_;
+};
+
+}  // namespace memlayer::runtime

@@ -1,0 +1,78 @@
+// The context's shared state, and the one enqueue path every command takes.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "buffer_state.hpp"
+#include "device_state.hpp"
+#include "memlayer/migration/cost_model.hpp"
+#include "memlayer/runtime/context.hpp"
+#include "memlayer/runtime/queue.hpp"
+
+namespace memlayer::runtime::detail {
+
+/// Where a command finds one of its buffer uses at run time.
+struct Target {
+  DeviceAddress address = 0;  // in the command's device (a host pointer on host-memory devices)
+  std::byte* host = nullptr;  // in the host copy, when the command runs at the host location
+};
+
+struct BufferUse {
+  std::shared_ptr<BufferState> parent;
+  migration::Use use;
+};
+
+struct CommandSpec {
+  std::vector<BufferUse> uses;
+  migration::Location at = migration::kHost;  // where the uses must be valid
+  DeviceState* device = nullptr;              // whose workers run the work (nullptr: no work)
+  /// Builds the work once the uses have their storage; empty: no work.
+  std::function<std::function<Status()>(std::span<const Target>)> make_work;
+  bool barrier = false;  // marker/barrier semantics in an out-of-order queue
+};
+
+struct QueueState {
+  std::shared_ptr<ContextState> context;
+  DeviceState* device = nullptr;
+  std::size_t index = 0;
+  bool out_of_order = false;
+  std::mutex mutex;
+  std::shared_ptr<EventState> last;                       // in-order: the previous command
+  std::shared_ptr<EventState> barrier;                    // out-of-order: the last barrier
+  std::vector<std::shared_ptr<EventState>> since_barrier; // out-of-order: commands after it
+  std::vector<std::shared_ptr<EventState>> outstanding;   // for finish()
+  std::vector<std::pair<void*, Buffer>> mappings;         // live maps: pointer -> buffer
+};
+
+class ContextState : public std::enable_shared_from_this<ContextState> {
+ public:
+  explicit ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers);
+
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  migration::LinkCostModel cost;
+  migration::EventOps event_ops;
+  /// Device by location (nullptr for the host location).
+  std::vector<DeviceState*> by_location;
+
+  /// The one enqueue path: allocates (evicting if needed), plans and commits
+  /// migrations, wires dependencies, submits. All or nothing.
+  Result<Event> enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
+
+  std::uint64_t next_tick() { return tick_.fetch_add(1) + 1; }
+
+  std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
+      evictions{0}, write_backs{0};
+
+  /// Buffers with storage on a device, for eviction (weak: never keeps one alive).
+  std::mutex residents_mutex;
+  std::vector<std::weak_ptr<BufferState>> residents;
+
+ private:
+  std::atomic<std::uint64_t> tick_{0};
+};
+
+}  // namespace memlayer::runtime::detail

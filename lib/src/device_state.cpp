@@ -1,0 +1,58 @@
+#include "device_state.hpp"
+
+#include "scheduler.hpp"
+
+namespace memlayer::runtime::detail {
+
+namespace {
+thread_local bool worker_thread = false;
+}
+
+bool on_worker_thread() { return worker_thread; }
+
+DeviceState::DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location)
+    : driver_(std::move(driver)), location_(location) {
+  const DeviceInfo& info = driver_->info();
+  if (!info.shares_host_memory) {
+    auto made = bufalloc::Region::create(driver_->memory_base(), info.global_mem_size,
+                                         bufalloc::RegionOptions{info.base_alignment});
+    if (made) region.emplace(std::move(made).value());
+  }
+  const unsigned n = info.worker_threads == 0 ? 1 : info.worker_threads;
+  for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+DeviceState::~DeviceState() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void DeviceState::push(std::shared_ptr<CommandNode> node) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(std::move(node));
+  }
+  queue_cv_.notify_one();
+}
+
+void DeviceState::worker_loop(unsigned index) {
+  worker_thread = true;
+  driver_->on_worker_start(index);
+  for (;;) {
+    std::shared_ptr<CommandNode> node;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      node = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run(node);
+  }
+}
+
+}  // namespace memlayer::runtime::detail

@@ -1,0 +1,54 @@
+// One device as the runtime sees it: its driver, its location for the
+// migration planner, its global memory's Region, and the worker threads that
+// run its commands.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "event_state.hpp"
+#include "memlayer/bufalloc/region.hpp"
+#include "memlayer/migration/location.hpp"
+#include "memlayer/runtime/device_driver.hpp"
+
+namespace memlayer::runtime::detail {
+
+/// True on any device worker thread of any context.
+bool on_worker_thread();
+
+class DeviceState {
+ public:
+  DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location);
+  ~DeviceState();  // drains nothing: the context waits for its work first
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+
+  DeviceDriver& driver() { return *driver_; }
+  const DeviceInfo& info() const { return driver_->info(); }
+  migration::Location location() const { return location_; }
+  bool shares_host_memory() const { return driver_->info().shares_host_memory; }
+
+  /// Hands a ready node to the workers.
+  void push(std::shared_ptr<CommandNode> node);
+
+  // Global memory. The mutex guards the region and the resident list.
+  std::mutex memory_mutex;
+  std::optional<bufalloc::Region> region;  // absent for host-memory devices
+
+ private:
+  void worker_loop(unsigned index);
+
+  std::unique_ptr<DeviceDriver> driver_;
+  migration::Location location_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<CommandNode>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace memlayer::runtime::detail

@@ -1,0 +1,106 @@
+#include "event_state.hpp"
+
+#include "scheduler.hpp"
+
+namespace memlayer::runtime::detail {
+
+int EventState::status() const {
+  std::lock_guard lock(mutex_);
+  return status_;
+}
+
+std::string EventState::message() const {
+  std::lock_guard lock(mutex_);
+  return message_;
+}
+
+ProfilingInfo EventState::profiling() const {
+  std::lock_guard lock(mutex_);
+  return profile_;
+}
+
+int EventState::wait() {
+  std::unique_lock lock(mutex_);
+  ended_.wait(lock, [&] { return status_ <= cl::kComplete; });
+  return status_;
+}
+
+std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node) {
+  std::lock_guard lock(mutex_);
+  if (status_ <= cl::kComplete) return status_;
+  waiters_.push_back(node);
+  return std::nullopt;
+}
+
+void EventState::add_callback(std::function<void(int)> cb) {
+  int ended_with;
+  {
+    std::lock_guard lock(mutex_);
+    if (status_ > cl::kComplete) {
+      callbacks_.push_back(std::move(cb));
+      return;
+    }
+    ended_with = status_;
+  }
+  cb(ended_with);
+}
+
+void EventState::mark(int status) {
+  std::lock_guard lock(mutex_);
+  if (status_ <= cl::kComplete || status >= status_) return;
+  status_ = status;
+  (status == cl::kSubmitted ? profile_.submitted_ns : profile_.started_ns) = now_ns();
+}
+
+bool EventState::finish(int status, std::string message, std::vector<std::shared_ptr<CommandNode>>& waiters,
+                        std::vector<std::function<void(int)>>& callbacks) {
+  {
+    std::lock_guard lock(mutex_);
+    if (status_ <= cl::kComplete) return false;
+    status_ = status;
+    message_ = std::move(message);
+    const auto t = now_ns();
+    if (profile_.submitted_ns == 0) profile_.submitted_ns = t;
+    if (profile_.started_ns == 0) profile_.started_ns = t;
+    profile_.ended_ns = t;
+    waiters.swap(waiters_);
+    callbacks.swap(callbacks_);
+  }
+  ended_.notify_all();
+  return true;
+}
+
+void EventState::planner_retain() {
+  std::lock_guard lock(mutex_);
+  if (planner_refs_++ == 0) anchor_ = shared_from_this();
+}
+
+void EventState::planner_release() {
+  std::shared_ptr<EventState> last;  // destroyed after the lock is released
+  std::lock_guard lock(mutex_);
+  if (--planner_refs_ == 0) last = std::move(anchor_);
+}
+
+}  // namespace memlayer::runtime::detail
+
+namespace memlayer::runtime {
+
+int Event::status() const { return state_ ? state_->status() : cl::kInvalidEvent; }
+std::string Event::error_message() const { return state_ ? state_->message() : "invalid event"; }
+int Event::wait() const { return state_ ? state_->wait() : cl::kInvalidEvent; }
+void Event::on_complete(std::function<void(int)> callback) const {
+  if (state_) state_->add_callback(std::move(callback));
+}
+ProfilingInfo Event::profiling() const { return state_ ? state_->profiling() : ProfilingInfo{}; }
+
+Status Event::set_user_status(int status) const {
+  if (!state_ || !state_->user()) return Status::error(cl::kInvalidEvent, "set_user_status: not a user event");
+  if (status > cl::kComplete)
+    return Status::error(cl::kInvalidValue, "set_user_status: the status must be complete (0) or an error (< 0)");
+  if (state_->status() <= cl::kComplete)
+    return Status::error(cl::kInvalidOperation, "set_user_status: the user event was set already");
+  detail::finish(state_, status, status < 0 ? "user event failed with " + std::to_string(status) : "");
+  return {};
+}
+
+}  // namespace memlayer::runtime

@@ -1,0 +1,70 @@
+// The shared state behind an Event, and the command graph's node.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memlayer/runtime/event.hpp"
+
+namespace memlayer::runtime::detail {
+
+class DeviceState;
+struct CommandNode;
+
+std::uint64_t now_ns();
+
+class EventState : public std::enable_shared_from_this<EventState> {
+ public:
+  explicit EventState(bool user) : user_(user) { profile_.queued_ns = now_ns(); }
+
+  bool user() const { return user_; }
+  int status() const;
+  std::string message() const;
+  ProfilingInfo profiling() const;
+  int wait();
+  /// Adds `node` as a waiter unless this event has ended; returns the final
+  /// status if it has (so the caller resolves the dependency itself).
+  std::optional<int> add_waiter(const std::shared_ptr<CommandNode>& node);
+  void add_callback(std::function<void(int)> cb);
+  void mark(int status);  // submitted / running, with timestamps
+
+  /// Ends the event; returns false if it had ended already. Waiters and
+  /// callbacks are handed to the caller to run outside the lock.
+  bool finish(int status, std::string message, std::vector<std::shared_ptr<CommandNode>>& waiters,
+              std::vector<std::function<void(int)>>& callbacks);
+
+  // The migration planner's references (EventOps): while it holds any, the
+  // event keeps itself alive through `anchor_`.
+  void planner_retain();
+  void planner_release();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ended_;
+  int status_ = cl::kQueued;
+  std::string message_;
+  const bool user_;
+  ProfilingInfo profile_;
+  std::vector<std::shared_ptr<CommandNode>> waiters_;
+  std::vector<std::function<void(int)>> callbacks_;
+  int planner_refs_ = 0;
+  std::shared_ptr<EventState> anchor_;
+};
+
+/// A command (or migration) in the dependency graph.
+struct CommandNode {
+  std::shared_ptr<EventState> event;
+  std::function<Status()> work;   // empty for markers and barriers
+  DeviceState* device = nullptr;  // whose workers run `work`
+  std::atomic<int> pending{1};    // unresolved dependencies, plus one while being wired
+  std::atomic<bool> ended{false};
+  std::vector<std::shared_ptr<void>> keep_alive;  // buffers it touches outlive it
+};
+
+}  // namespace memlayer::runtime::detail

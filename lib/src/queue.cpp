@@ -1,0 +1,244 @@
+#include "memlayer/runtime/queue.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "context_state.hpp"
+
+namespace memlayer::runtime {
+
+using detail::BufferUse;
+using detail::CommandSpec;
+using detail::Target;
+using migration::Access;
+using migration::kHost;
+
+namespace {
+
+Status check_buffer(const detail::QueueState& q, const Buffer& b, const char* what) {
+  if (!b.valid()) return Status::error(cl::kInvalidMemObject, std::string(what) + ": the buffer is empty");
+  if (&b.parent()->context() != q.context.get())
+    return Status::error(cl::kInvalidContext, std::string(what) + ": the buffer belongs to another context");
+  return {};
+}
+
+Status check_range(const Buffer& b, std::uint64_t offset, std::uint64_t size, const char* what) {
+  if (size == 0) return Status::error(cl::kInvalidValue, std::string(what) + ": size is 0");
+  if (offset > b.size() || size > b.size() - offset)
+    return Status::error(cl::kInvalidValue, std::string(what) + ": [" + std::to_string(offset) + ", +" +
+                                                std::to_string(size) + ") exceeds the buffer's " +
+                                                std::to_string(b.size()) + " bytes");
+  return {};
+}
+
+BufferUse use_of(const Buffer& b, std::uint64_t offset, std::uint64_t size, Access access) {
+  return BufferUse{b.parent(), migration::Use{b.offset() + offset, size, access}};
+}
+
+Result<Event> blocking_wait(Result<Event> r, bool blocking) {
+  if (!r || !blocking) return r;
+  if (r.value().wait() < 0) return Status::error(r.value().status(), r.value().error_message());
+  return r;
+}
+
+}  // namespace
+
+Queue::Queue(std::unique_ptr<detail::QueueState> state) : state_(std::move(state)) {}
+Queue::~Queue() = default;
+
+std::size_t Queue::device() const { return state_->index; }
+bool Queue::out_of_order() const { return state_->out_of_order; }
+
+Result<Event> Queue::enqueue_write(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, const void* source,
+                                   bool blocking, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "write"); !s.ok()) return s;
+  if (Status s = check_range(buffer, offset, size, "write"); !s.ok()) return s;
+  if (source == nullptr) return Status::error(cl::kInvalidValue, "write: the source pointer is null");
+  if ((buffer.flags() & (mem::kHostReadOnly | mem::kHostNoAccess)) != 0)
+    return Status::error(cl::kInvalidOperation, "write: the buffer is HOST_READ_ONLY or HOST_NO_ACCESS");
+  CommandSpec spec;
+  spec.uses = {use_of(buffer, offset, size, Access::overwrite)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  spec.make_work = [dev, source, size](std::span<const Target> t) {
+    const DeviceAddress to = t[0].address;
+    return std::function<Status()>([dev, to, source, size] { return dev->driver().write(to, source, size); });
+  };
+  return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+}
+
+Result<Event> Queue::enqueue_read(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, void* destination,
+                                  bool blocking, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "read"); !s.ok()) return s;
+  if (Status s = check_range(buffer, offset, size, "read"); !s.ok()) return s;
+  if (destination == nullptr) return Status::error(cl::kInvalidValue, "read: the destination pointer is null");
+  if ((buffer.flags() & (mem::kHostWriteOnly | mem::kHostNoAccess)) != 0)
+    return Status::error(cl::kInvalidOperation, "read: the buffer is HOST_WRITE_ONLY or HOST_NO_ACCESS");
+  CommandSpec spec;
+  spec.uses = {use_of(buffer, offset, size, Access::read)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  spec.make_work = [dev, destination, size](std::span<const Target> t) {
+    const DeviceAddress from = t[0].address;
+    return std::function<Status()>([dev, from, destination, size] { return dev->driver().read(from, destination, size); });
+  };
+  return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+}
+
+Result<Event> Queue::enqueue_copy(const Buffer& source, const Buffer& destination, std::uint64_t source_offset,
+                                  std::uint64_t destination_offset, std::uint64_t size, WaitList wait) {
+  if (Status s = check_buffer(*state_, source, "copy source"); !s.ok()) return s;
+  if (Status s = check_buffer(*state_, destination, "copy destination"); !s.ok()) return s;
+  if (Status s = check_range(source, source_offset, size, "copy source"); !s.ok()) return s;
+  if (Status s = check_range(destination, destination_offset, size, "copy destination"); !s.ok()) return s;
+  const BufferUse from = use_of(source, source_offset, size, Access::read);
+  const BufferUse to = use_of(destination, destination_offset, size, Access::overwrite);
+  if (from.parent == to.parent && from.use.offset < to.use.offset + size && to.use.offset < from.use.offset + size)
+    return Status::error(cl::kInvalidValue, "copy: the source and destination ranges overlap");
+  CommandSpec spec;
+  spec.uses = {from, to};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  spec.make_work = [dev, size](std::span<const Target> t) {
+    const DeviceAddress a = t[0].address, b = t[1].address;
+    return std::function<Status()>([dev, a, b, size] { return dev->driver().copy(a, b, size); });
+  };
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_fill(const Buffer& buffer, const void* pattern, std::uint64_t pattern_size,
+                                  std::uint64_t offset, std::uint64_t size, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "fill"); !s.ok()) return s;
+  if (Status s = check_range(buffer, offset, size, "fill"); !s.ok()) return s;
+  if (pattern == nullptr || pattern_size == 0 || pattern_size > 128 || (pattern_size & (pattern_size - 1)) != 0)
+    return Status::error(cl::kInvalidValue, "fill: the pattern must be 1, 2, 4, ... or 128 bytes");
+  if (offset % pattern_size != 0 || size % pattern_size != 0)
+    return Status::error(cl::kInvalidValue, "fill: offset and size must be multiples of the pattern size");
+  CommandSpec spec;
+  spec.uses = {use_of(buffer, offset, size, Access::overwrite)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  std::vector<std::byte> bytes(static_cast<const std::byte*>(pattern),
+                               static_cast<const std::byte*>(pattern) + pattern_size);
+  spec.make_work = [dev, size, bytes](std::span<const Target> t) {
+    const DeviceAddress to = t[0].address;
+    return std::function<Status()>([dev, to, size, bytes] { return dev->driver().fill(to, size, bytes); });
+  };
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Queue::Mapping> Queue::enqueue_map(const Buffer& buffer, std::uint32_t flags, std::uint64_t offset,
+                                          std::uint64_t size, bool blocking, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "map"); !s.ok()) return s;
+  if (Status s = check_range(buffer, offset, size, "map"); !s.ok()) return s;
+  const std::uint32_t known = map::kRead | map::kWrite | map::kWriteInvalidateRegion;
+  if ((flags & ~known) != 0 || ((flags & map::kWriteInvalidateRegion) && (flags & (map::kRead | map::kWrite))))
+    return Status::error(cl::kInvalidValue, "map: bad flags (WRITE_INVALIDATE_REGION excludes READ and WRITE)");
+  if ((flags & map::kRead) && (buffer.flags() & (mem::kHostWriteOnly | mem::kHostNoAccess)))
+    return Status::error(cl::kInvalidOperation, "map: reading a HOST_WRITE_ONLY or HOST_NO_ACCESS buffer");
+  if ((flags & (map::kWrite | map::kWriteInvalidateRegion)) && (buffer.flags() & (mem::kHostReadOnly | mem::kHostNoAccess)))
+    return Status::error(cl::kInvalidOperation, "map: writing a HOST_READ_ONLY or HOST_NO_ACCESS buffer");
+  // The host copy is where a map points: a read|write map is a write there
+  // (the host may change any byte), a write-invalidate map moves nothing.
+  Access access = Access::read;
+  if (flags & map::kWriteInvalidateRegion) access = Access::overwrite;
+  else if (flags & map::kWrite) access = Access::read_write;
+  CommandSpec spec;
+  spec.uses = {use_of(buffer, offset, size, access)};
+  spec.at = kHost;
+  auto r = state_->context->enqueue(*state_, std::move(spec), wait);
+  if (!r) return r.error();
+  void* pointer = buffer.parent()->host() + buffer.offset() + offset;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->mappings.emplace_back(pointer, buffer);
+  }
+  auto waited = blocking_wait(std::move(r), blocking);
+  if (!waited) return waited.error();
+  return Mapping{pointer, waited.value()};
+}
+
+Result<Event> Queue::enqueue_unmap(const Buffer& buffer, void* pointer, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "unmap"); !s.ok()) return s;
+  {
+    std::lock_guard lock(state_->mutex);
+    auto it = std::find_if(state_->mappings.begin(), state_->mappings.end(), [&](const auto& m) {
+      return m.first == pointer && m.second.parent() == buffer.parent() && m.second.offset() == buffer.offset();
+    });
+    if (it == state_->mappings.end())
+      return Status::error(cl::kInvalidValue, "unmap: the pointer is not a live mapping of this buffer on this queue");
+    state_->mappings.erase(it);
+  }
+  // Later commands must see what the host did through the map, and must not
+  // change the bytes while the host may still read them: the unmap takes
+  // the host copy's part as a reader (the map already counted the write).
+  CommandSpec spec;
+  spec.uses = {use_of(buffer, 0, buffer.size(), Access::read)};
+  spec.at = kHost;
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_migrate(std::span<const Buffer> buffers, bool to_host, bool content_undefined,
+                                     WaitList wait) {
+  if (buffers.empty()) return Status::error(cl::kInvalidValue, "migrate: no buffers");
+  CommandSpec spec;
+  for (const Buffer& b : buffers) {
+    if (Status s = check_buffer(*state_, b, "migrate"); !s.ok()) return s;
+    spec.uses.push_back(use_of(b, 0, b.size(), content_undefined ? Access::overwrite : Access::read));
+  }
+  spec.at = to_host ? kHost : state_->device->location();
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait) {
+  if (!kernel) return Status::error(cl::kInvalidValue, "kernel: no function");
+  CommandSpec spec;
+  for (const KernelArg& a : args) {
+    if (Status s = check_buffer(*state_, a.buffer, "kernel argument"); !s.ok()) return s;
+    spec.uses.push_back(use_of(a.buffer, 0, a.buffer.size(), a.access));
+  }
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  spec.make_work = [dev, kernel = std::move(kernel)](std::span<const Target> t) {
+    std::vector<DeviceAddress> addresses;
+    for (const Target& x : t) addresses.push_back(x.address);
+    return std::function<Status()>([dev, kernel, addresses] { return dev->driver().run_kernel(kernel, addresses); });
+  };
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_marker(WaitList wait) {
+  CommandSpec spec;
+  spec.barrier = wait.empty();  // a marker with no wait list waits for everything before it
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_barrier(WaitList wait) {
+  CommandSpec spec;
+  spec.barrier = true;
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Status Queue::flush() { return {}; }
+
+Status Queue::finish() {
+  std::vector<std::shared_ptr<detail::EventState>> outstanding;
+  {
+    std::lock_guard lock(state_->mutex);
+    outstanding = state_->outstanding;
+  }
+  Status first;
+  for (const auto& e : outstanding) {
+    if (e->wait() < 0 && first.ok()) first = Status::error(e->status(), e->message());
+  }
+  return first;
+}
+
+}  // namespace memlayer::runtime

@@ -1,0 +1,87 @@
+#include "scheduler.hpp"
+
+#include <chrono>
+
+#include "device_state.hpp"
+
+namespace memlayer::runtime::detail {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+namespace {
+
+// A node whose dependencies are all resolved: run it, or queue it on its
+// device. Markers and barriers have no work and complete right here.
+void release(const std::shared_ptr<CommandNode>& node) {
+  if (node->ended.load()) return;  // failed early through a dependency
+  node->event->mark(cl::kSubmitted);
+  if (node->work && node->device != nullptr) {
+    node->device->push(node);
+  } else {
+    run(node);
+  }
+}
+
+void resolve(const std::shared_ptr<CommandNode>& node) {
+  if (node->pending.fetch_sub(1) == 1) release(node);
+}
+
+}  // namespace
+
+void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps) {
+  for (const auto& dep : deps) {
+    if (!dep || dep == node->event) continue;
+    node->pending.fetch_add(1);
+    if (auto ended = dep->add_waiter(node)) {
+      if (*ended < 0 && !node->ended.exchange(true)) {
+        finish(node->event, cl::kExecStatusErrorForEventsInWaitList,
+               "a command it depends on failed: " + dep->message());
+      }
+      node->pending.fetch_sub(1);
+    }
+  }
+  resolve(node);  // the wiring reference
+}
+
+void finish(const std::shared_ptr<EventState>& event, int status, std::string message) {
+  struct Pending {
+    std::shared_ptr<EventState> event;
+    int status;
+    std::string message;
+  };
+  std::vector<Pending> todo{{event, status, std::move(message)}};
+  while (!todo.empty()) {
+    Pending p = std::move(todo.back());
+    todo.pop_back();
+    std::vector<std::shared_ptr<CommandNode>> waiters;
+    std::vector<std::function<void(int)>> callbacks;
+    if (!p.event->finish(p.status, p.message, waiters, callbacks)) continue;
+    for (auto& cb : callbacks) cb(p.status);
+    for (auto& w : waiters) {
+      if (p.status < 0) {
+        if (!w->ended.exchange(true)) {
+          todo.push_back({w->event, cl::kExecStatusErrorForEventsInWaitList,
+                          "a command it depends on failed: " + p.message});
+        }
+        w->pending.fetch_sub(1);
+      } else {
+        resolve(w);
+      }
+    }
+  }
+}
+
+void run(const std::shared_ptr<CommandNode>& node) {
+  if (node->ended.exchange(true)) return;
+  node->event->mark(cl::kRunning);
+  Status s = node->work ? node->work() : Status{};
+  node->work = nullptr;  // drop captured buffers as soon as the work is done
+  finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
+  node->keep_alive.clear();
+}
+
+}  // namespace memlayer::runtime::detail

@@ -1,0 +1,24 @@
+// Wiring and running the command graph: a node runs when every dependency
+// has completed; a failed dependency fails it at once; nodes with work go to
+// their device's workers.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "event_state.hpp"
+
+namespace memlayer::runtime::detail {
+
+/// Makes `node` wait for `deps`, then releases it; it may run (or fail) on
+/// this thread's call when nothing is pending. Thread-safe.
+void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps);
+
+/// Ends `event` with `status` and resolves everything waiting on it, without
+/// recursion (a failure can cascade through long chains). Thread-safe.
+void finish(const std::shared_ptr<EventState>& event, int status, std::string message);
+
+/// Runs a ready node's work on the calling (worker) thread, then finishes it.
+void run(const std::shared_ptr<CommandNode>& node);
+
+}  // namespace memlayer::runtime::detail

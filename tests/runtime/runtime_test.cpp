@@ -1,0 +1,403 @@
+// The runtime end to end on sim devices: lazy allocation, sub-buffers,
+// migrations, events, maps, memory pressure, failures.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "memlayer/drivers/host_device.hpp"
+#include "memlayer/drivers/sim_device.hpp"
+#include "memlayer/runtime/context.hpp"
+#include "memlayer/runtime/queue.hpp"
+
+using namespace memlayer;
+using namespace memlayer::runtime;
+using migration::Access;
+
+namespace {
+
+struct Rig {
+  std::shared_ptr<Context> ctx;
+  std::vector<std::shared_ptr<Queue>> queues;
+};
+
+Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host = false) {
+  if (options.memory_size == drivers::SimOptions{}.memory_size) options.memory_size = 8 << 20;
+  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
+  if (devices > 0) {  // (0 would mean one per NUMA node)
+    const Status s = drivers::SimDevice::create(devices, options, sims);
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+  std::vector<std::unique_ptr<DeviceDriver>> drivers;
+  for (auto& d : sims) drivers.push_back(std::move(d));
+  if (with_host) drivers.push_back(std::make_unique<drivers::HostDevice>());
+  auto made = Context::create(std::move(drivers));
+  EXPECT_TRUE(made.ok()) << made.error().message;
+  Rig rig{made.value(), {}};
+  for (std::size_t i = 0; i < rig.ctx->device_count(); ++i) rig.queues.push_back(rig.ctx->create_queue(i).value());
+  return rig;
+}
+
+Buffer buffer(Context& ctx, std::uint64_t size, std::uint32_t flags = mem::kReadWrite, void* host = nullptr) {
+  auto b = ctx.create_buffer(flags, size, host);
+  EXPECT_TRUE(b.ok()) << b.error().message;
+  return b.value();
+}
+
+std::vector<std::uint8_t> pattern(std::size_t n, int seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + static_cast<std::size_t>(seed));
+  return v;
+}
+
+std::vector<std::uint8_t> read_all(Queue& q, const Buffer& b) {
+  std::vector<std::uint8_t> out(b.size());
+  auto r = q.enqueue_read(b, 0, b.size(), out.data(), true);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return out;
+}
+
+// A kernel that adds `k` to every byte of its first argument.
+KernelFunction add(std::uint8_t k, std::uint64_t size) {
+  return [k, size](std::span<void* const> p) {
+    auto* bytes = static_cast<std::uint8_t*>(p[0]);
+    for (std::uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<std::uint8_t>(bytes[i] + k);
+    return Status{};
+  };
+}
+
+}  // namespace
+
+TEST(Runtime, WriteOnOneDeviceReadOnAnother) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 4096);
+  const auto data = pattern(4096, 1);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 4096, data.data(), false).ok());
+  EXPECT_EQ(read_all(*rig.queues[1], b), data);
+  const ContextStats s = rig.ctx->stats();
+  EXPECT_EQ(s.bytes_migrated, 2 * 4096u) << "device 0 -> host -> device 1";
+  EXPECT_EQ(s.copies_to_host, 1u);
+  EXPECT_EQ(s.copies_from_host, 1u);
+}
+
+TEST(Runtime, BuffersTakeDeviceMemoryOnlyWhenFirstUsed) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 1 << 20);
+  EXPECT_EQ(rig.ctx->stats().devices[0].live_blocks, 0u);
+  EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 0u);
+  const std::uint8_t zero = 0;
+  ASSERT_TRUE(rig.queues[1]->enqueue_fill(b, &zero, 1, 0, b.size()).value().wait() == cl::kComplete);
+  EXPECT_EQ(rig.ctx->stats().devices[0].live_blocks, 0u);
+  EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 1u);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, 0u) << "a fill overwrites: nothing to migrate";
+}
+
+TEST(Runtime, DisjointSubBuffersOnTwoDevicesMoveOnlyTheirBytes) {
+  drivers::SimOptions o;
+  o.peer_link = LinkCost{1e-6, 50e9};
+  Rig rig = make_rig(2, o);
+  Buffer parent = buffer(*rig.ctx, 8192);
+  const auto data = pattern(8192, 3);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(parent, 0, 8192, data.data(), true).ok());
+  Buffer lo = rig.ctx->create_sub_buffer(parent, 0, 0, 4096).value();
+  Buffer hi = rig.ctx->create_sub_buffer(parent, 0, 4096, 4096).value();
+  const auto before = rig.ctx->stats().bytes_migrated;
+  std::vector<KernelArg> a{{lo, Access::read_write}}, b{{hi, Access::read_write}};
+  ASSERT_TRUE(rig.queues[0]->enqueue_kernel(add(1, 4096), a).ok());
+  ASSERT_TRUE(rig.queues[1]->enqueue_kernel(add(2, 4096), b).ok());
+  ASSERT_TRUE(rig.queues[0]->finish().ok());
+  ASSERT_TRUE(rig.queues[1]->finish().ok());
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated - before, 4096u) << "only hi went to device 1 (directly)";
+  auto expect = data;
+  for (int i = 0; i < 4096; ++i) expect[static_cast<std::size_t>(i)] += 1;
+  for (int i = 4096; i < 8192; ++i) expect[static_cast<std::size_t>(i)] += 2;
+  EXPECT_EQ(read_all(*rig.queues[0], parent), expect);
+  EXPECT_EQ(read_all(*rig.queues[1], parent), expect);
+}
+
+TEST(Runtime, SubBufferErrors) {
+  Rig rig = make_rig(1);
+  Buffer parent = buffer(*rig.ctx, 4096, mem::kReadOnly);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 100, 128).error().code, cl::kMisalignedSubBufferOffset);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 4096, 1).error().code, cl::kInvalidValue);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 0, 0).error().code, cl::kInvalidBufferSize);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, mem::kWriteOnly, 0, 128).error().code, cl::kInvalidValue);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, mem::kUseHostPtr, 0, 128).error().code, cl::kInvalidValue);
+  Buffer sub = rig.ctx->create_sub_buffer(parent, 0, 128, 128).value();
+  EXPECT_EQ(sub.flags() & mem::kReadOnly, mem::kReadOnly) << "inherited";
+  EXPECT_EQ(rig.ctx->create_sub_buffer(sub, 0, 0, 64).error().code, cl::kInvalidMemObject);
+  EXPECT_EQ(rig.ctx->create_sub_buffer(Buffer{}, 0, 0, 64).error().code, cl::kInvalidMemObject);
+}
+
+TEST(Runtime, BufferCreationErrors) {
+  Rig rig = make_rig(1);
+  int x = 0;
+  EXPECT_EQ(rig.ctx->create_buffer(0, 0).error().code, cl::kInvalidBufferSize);
+  EXPECT_EQ(rig.ctx->create_buffer(mem::kReadOnly | mem::kWriteOnly, 4).error().code, cl::kInvalidValue);
+  EXPECT_EQ(rig.ctx->create_buffer(mem::kUseHostPtr, 4).error().code, cl::kInvalidHostPtr);
+  EXPECT_EQ(rig.ctx->create_buffer(0, 4, &x).error().code, cl::kInvalidHostPtr);
+  EXPECT_EQ(rig.ctx->create_buffer(mem::kUseHostPtr | mem::kCopyHostPtr, 4, &x).error().code, cl::kInvalidValue);
+  EXPECT_EQ(rig.ctx->create_buffer(1u << 20, 4).error().code, cl::kInvalidValue);
+}
+
+TEST(Runtime, CopyHostPtrAndUseHostPtr) {
+  Rig rig = make_rig(2);
+  auto data = pattern(1000, 5);
+  Buffer copied = buffer(*rig.ctx, 1000, mem::kCopyHostPtr, data.data());
+  data[0] = 99;  // the copy was taken at creation
+  EXPECT_EQ(read_all(*rig.queues[1], copied)[0], pattern(1000, 5)[0]);
+  Buffer used = buffer(*rig.ctx, 1000, mem::kUseHostPtr, data.data());
+  ASSERT_TRUE(rig.queues[0]->enqueue_kernel(add(1, 1000), std::vector<KernelArg>{{used, Access::read_write}}).ok());
+  auto m = rig.queues[1]->enqueue_map(used, map::kRead, 0, 1000, true);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m.value().pointer, data.data()) << "a USE_HOST_PTR map points into the user's memory";
+  EXPECT_EQ(data[0], 100);
+  ASSERT_TRUE(rig.queues[1]->enqueue_unmap(used, m.value().pointer).ok());
+}
+
+TEST(Runtime, MapsSeeAndPublishTheLatestData) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 256);
+  const auto data = pattern(256, 9);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 256, data.data(), false).ok());
+  auto m = rig.queues[1]->enqueue_map(b, map::kRead | map::kWrite, 0, 256, true).value();
+  auto* p = static_cast<std::uint8_t*>(m.pointer);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), p));
+  p[10] = 0xAA;
+  ASSERT_TRUE(rig.queues[1]->enqueue_unmap(b, m.pointer).ok());
+  EXPECT_EQ(read_all(*rig.queues[0], b)[10], 0xAA);
+  EXPECT_EQ(read_all(*rig.queues[1], b)[10], 0xAA);
+  // A write-invalidate map moves nothing.
+  const auto before = rig.ctx->stats().bytes_migrated;
+  auto w = rig.queues[0]->enqueue_map(b, map::kWriteInvalidateRegion, 0, 256, true).value();
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, before);
+  std::memset(w.pointer, 7, 256);
+  ASSERT_TRUE(rig.queues[0]->enqueue_unmap(b, w.pointer).ok());
+  EXPECT_EQ(read_all(*rig.queues[1], b), std::vector<std::uint8_t>(256, 7));
+  EXPECT_EQ(rig.queues[0]->enqueue_unmap(b, w.pointer).error().code, cl::kInvalidValue) << "unmapped already";
+}
+
+TEST(Runtime, SameBufferTwiceInAKernelCountsAsAWrite) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 64);
+  const auto data = pattern(64, 2);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 64, data.data(), true).ok());
+  std::vector<KernelArg> args{{b, Access::read}, {b, Access::write}};
+  ASSERT_TRUE(rig.queues[1]
+                  ->enqueue_kernel(
+                      [](std::span<void* const> p) {
+                        EXPECT_EQ(p[0], p[1]);
+                        static_cast<std::uint8_t*>(p[1])[0] = 42;
+                        return Status{};
+                      },
+                      args)
+                  .ok());
+  EXPECT_EQ(read_all(*rig.queues[0], b)[0], 42);
+}
+
+TEST(Runtime, CopyBetweenSiblingSubBuffers) {
+  Rig rig = make_rig(2);
+  Buffer parent = buffer(*rig.ctx, 512);
+  const auto data = pattern(512, 4);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(parent, 0, 512, data.data(), true).ok());
+  Buffer a = rig.ctx->create_sub_buffer(parent, 0, 0, 256).value();
+  Buffer c = rig.ctx->create_sub_buffer(parent, 0, 256, 256).value();
+  ASSERT_TRUE(rig.queues[1]->enqueue_copy(a, c, 0, 0, 256).ok());
+  auto out = read_all(*rig.queues[0], parent);
+  EXPECT_TRUE(std::equal(data.begin(), data.begin() + 256, out.begin() + 256));
+  EXPECT_EQ(rig.queues[1]->enqueue_copy(parent, a, 0, 10, 100).error().code, cl::kInvalidValue) << "overlap";
+}
+
+TEST(Runtime, UserEventsGateCommandsAndFailuresPropagate) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 128);
+  Event gate = rig.ctx->create_user_event();
+  const auto data = pattern(128, 6);
+  std::vector<Event> wait{gate};
+  Event w = rig.queues[0]->enqueue_write(b, 0, 128, data.data(), false, wait).value();
+  std::vector<std::uint8_t> out(128);
+  // The read on device 1 depends on the write only through memlayer's
+  // migration edges.
+  Event r = rig.queues[1]->enqueue_read(b, 0, 128, out.data(), false).value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GT(w.status(), cl::kComplete);
+  EXPECT_GT(r.status(), cl::kComplete);
+  ASSERT_TRUE(gate.set_user_status(-1234).ok());
+  EXPECT_EQ(w.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_EQ(r.wait(), cl::kExecStatusErrorForEventsInWaitList) << "through the implicit migration";
+  EXPECT_NE(r.error_message().find("failed"), std::string::npos);
+  // A dependency that failed before the enqueue fails the command at once.
+  Event late = rig.queues[1]->enqueue_marker(std::vector<Event>{w}).value();
+  EXPECT_EQ(late.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_EQ(gate.set_user_status(0).code, cl::kInvalidOperation);
+  EXPECT_EQ(w.set_user_status(0).code, cl::kInvalidEvent);
+}
+
+TEST(Runtime, CallbacksAndProfiling) {
+  Rig rig = make_rig(1);
+  Buffer b = buffer(*rig.ctx, 64);
+  Event gate = rig.ctx->create_user_event();
+  std::atomic<int> called{-99};
+  Event w = rig.queues[0]->enqueue_write(b, 0, 64, pattern(64, 1).data(), false, std::vector<Event>{gate}).value();
+  w.on_complete([&](int status) { called = status; });
+  EXPECT_EQ(called.load(), -99);
+  ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
+  ASSERT_EQ(w.wait(), cl::kComplete);
+  for (int i = 0; i < 100 && called.load() == -99; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(called.load(), cl::kComplete);
+  const ProfilingInfo p = w.profiling();
+  EXPECT_LE(p.queued_ns, p.submitted_ns);
+  EXPECT_LE(p.submitted_ns, p.started_ns);
+  EXPECT_LE(p.started_ns, p.ended_ns);
+  int late = -99;
+  w.on_complete([&](int status) { late = status; });
+  EXPECT_EQ(late, cl::kComplete) << "registered after completion: runs at once";
+}
+
+TEST(Runtime, WorkingSetTwiceTheDeviceMemoryRunsByEviction) {
+  drivers::SimOptions o;
+  o.memory_size = 1 << 20;
+  Rig rig = make_rig(2, o);
+  std::vector<Buffer> bufs;
+  std::vector<std::vector<std::uint8_t>> model;
+  for (int i = 0; i < 8; ++i) {
+    bufs.push_back(buffer(*rig.ctx, 256 << 10));  // 8 x 256 KiB = 2 MiB per device
+    model.push_back(pattern(256 << 10, i));
+    ASSERT_TRUE(rig.queues[0]->enqueue_write(bufs.back(), 0, 256 << 10, model.back().data(), true).ok());
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      auto& q = *rig.queues[(i + static_cast<std::size_t>(round)) % 2];
+      auto r = q.enqueue_kernel(add(1, 256 << 10), std::vector<KernelArg>{{bufs[i], Access::read_write}});
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      for (auto& byte : model[i]) byte = static_cast<std::uint8_t>(byte + 1);
+    }
+  }
+  for (std::size_t i = 0; i < bufs.size(); ++i) EXPECT_EQ(read_all(*rig.queues[i % 2], bufs[i]), model[i]) << i;
+  EXPECT_GT(rig.ctx->stats().evictions, 0u);
+  EXPECT_GT(rig.ctx->stats().write_backs, 0u);
+}
+
+TEST(Runtime, TooBigForTheDeviceFailsCleanlyAndLeavesNoTrace) {
+  drivers::SimOptions o;
+  o.memory_size = 1 << 20;
+  Rig rig = make_rig(1, o);
+  Buffer big = buffer(*rig.ctx, 2 << 20);
+  const std::uint8_t v = 1;
+  auto r = rig.queues[0]->enqueue_fill(big, &v, 1, 0, big.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  EXPECT_NE(r.error().message.find("sim0"), std::string::npos) << r.error().message;
+  EXPECT_EQ(rig.ctx->stats().devices[0].live_blocks, 0u);
+  Buffer fits = buffer(*rig.ctx, 512 << 10);
+  ASSERT_TRUE(rig.queues[0]->enqueue_fill(fits, &v, 1, 0, fits.size()).ok());
+  EXPECT_EQ(read_all(*rig.queues[0], fits)[100], 1);
+}
+
+TEST(Runtime, InjectedTransferFailureFailsDependents) {
+  drivers::SimOptions o;
+  o.transfer_failure_probability = 1.0;
+  Rig rig = make_rig(1, o);
+  Buffer b = buffer(*rig.ctx, 64);
+  Event w = rig.queues[0]->enqueue_write(b, 0, 64, pattern(64, 0).data(), false).value();
+  Event after = rig.queues[0]->enqueue_marker().value();
+  EXPECT_EQ(w.wait(), cl::kOutOfResources);
+  EXPECT_NE(w.error_message().find("injected"), std::string::npos);
+  EXPECT_EQ(after.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_FALSE(rig.queues[0]->finish().ok());
+}
+
+TEST(Runtime, HostDeviceNeedsNoMigrationToTheHost) {
+  Rig rig = make_rig(0, {}, true);
+  ASSERT_EQ(rig.ctx->device_count(), 1u);
+  Buffer b = buffer(*rig.ctx, 1024);
+  const auto data = pattern(1024, 8);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 1024, data.data(), true).ok());
+  auto m = rig.queues[0]->enqueue_map(b, map::kRead, 0, 1024, true).value();
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), static_cast<std::uint8_t*>(m.pointer)));
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, 0u);
+}
+
+TEST(Runtime, MigrateCommandMovesOrDropsContent) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 4096);
+  const auto data = pattern(4096, 11);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 4096, data.data(), true).ok());
+  std::vector<Buffer> one{b};
+  ASSERT_EQ(rig.queues[1]->enqueue_migrate(one, false, false).value().wait(), cl::kComplete);
+  const auto moved = rig.ctx->stats().bytes_migrated;
+  EXPECT_GT(moved, 0u);
+  EXPECT_EQ(read_all(*rig.queues[1], b), data);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, moved) << "already there: the read moved nothing";
+  ASSERT_EQ(rig.queues[0]->enqueue_migrate(one, false, true).value().wait(), cl::kComplete);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, moved) << "CONTENT_UNDEFINED moves nothing";
+}
+
+TEST(Runtime, OutOfOrderQueueBarrier) {
+  Rig rig = make_rig(1);
+  auto q = rig.ctx->create_queue(0, true).value();
+  Buffer a = buffer(*rig.ctx, 64), c = buffer(*rig.ctx, 64);
+  Event gate = rig.ctx->create_user_event();
+  Event w = q->enqueue_write(a, 0, 64, pattern(64, 1).data(), false, std::vector<Event>{gate}).value();
+  Event independent = q->enqueue_write(c, 0, 64, pattern(64, 2).data(), false).value();
+  EXPECT_EQ(independent.wait(), cl::kComplete) << "out of order: not stuck behind the gated write";
+  Event barrier = q->enqueue_barrier().value();
+  Event after = q->enqueue_marker(std::vector<Event>{independent}).value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(barrier.status(), cl::kComplete);
+  EXPECT_GT(after.status(), cl::kComplete) << "commands after a barrier wait for it";
+  ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
+  EXPECT_EQ(after.wait(), cl::kComplete);
+  EXPECT_EQ(w.wait(), cl::kComplete);
+}
+
+TEST(Runtime, ManyThreadsEnqueueAtOnce) {
+  Rig rig = make_rig(3);
+  constexpr int kThreads = 4, kBuffers = 4, kRounds = 50;
+  std::vector<Buffer> bufs;
+  for (int i = 0; i < kBuffers; ++i) {
+    bufs.push_back(buffer(*rig.ctx, 1024));
+    const std::uint8_t zero = 0;
+    ASSERT_TRUE(rig.queues[0]->enqueue_fill(bufs.back(), &zero, 1, 0, 1024).ok());
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        auto& q = *rig.queues[static_cast<std::size_t>((t + r) % 3)];
+        auto res = q.enqueue_kernel(add(1, 1024),
+                                    std::vector<KernelArg>{{bufs[static_cast<std::size_t>((t + r) % kBuffers)],
+                                                            Access::read_write}});
+        ASSERT_TRUE(res.ok()) << res.error().message;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto& q : rig.queues) ASSERT_TRUE(q->finish().ok());
+  int total = 0;
+  for (auto& b : bufs) total += read_all(*rig.queues[0], b)[5];
+  EXPECT_EQ(total, kThreads * kRounds) << "every increment happened exactly once, in some order";
+}
+
+TEST(Runtime, EnqueueArgumentErrors) {
+  Rig rig = make_rig(1);
+  Buffer b = buffer(*rig.ctx, 64);
+  std::uint8_t x[64]{};
+  auto& q = *rig.queues[0];
+  EXPECT_EQ(q.enqueue_write(b, 60, 8, x, false).error().code, cl::kInvalidValue);
+  EXPECT_EQ(q.enqueue_read(b, 0, 0, x, false).error().code, cl::kInvalidValue);
+  EXPECT_EQ(q.enqueue_read(Buffer{}, 0, 1, x, false).error().code, cl::kInvalidMemObject);
+  EXPECT_EQ(q.enqueue_read(b, 0, 1, nullptr, false).error().code, cl::kInvalidValue);
+  EXPECT_EQ(q.enqueue_fill(b, x, 3, 0, 63).error().code, cl::kInvalidValue);
+  EXPECT_EQ(q.enqueue_marker(std::vector<Event>{Event{}}).error().code, cl::kInvalidEventWaitList);
+  Buffer host_ro = buffer(*rig.ctx, 64, mem::kHostReadOnly);
+  EXPECT_EQ(q.enqueue_write(host_ro, 0, 1, x, false).error().code, cl::kInvalidOperation);
+  Buffer host_none = buffer(*rig.ctx, 64, mem::kHostNoAccess);
+  EXPECT_EQ(q.enqueue_map(host_none, map::kRead, 0, 64, true).error().code, cl::kInvalidOperation);
+  EXPECT_EQ(rig.ctx->create_queue(5).error().code, cl::kInvalidDevice);
+  Rig other = make_rig(1);
+  EXPECT_EQ(other.queues[0]->enqueue_read(b, 0, 1, x, true).error().code, cl::kInvalidContext);
+}
