@@ -241,7 +241,8 @@ TEST(Runtime, CallbacksAndProfiling) {
   Buffer b = buffer(*rig.ctx, 64);
   Event gate = rig.ctx->create_user_event();
   std::atomic<int> called{-99};
-  Event w = rig.queues[0]->enqueue_write(b, 0, 64, pattern(64, 1).data(), false, std::vector<Event>{gate}).value();
+  const auto data = pattern(64, 1);  // a non-blocking write reads it later
+  Event w = rig.queues[0]->enqueue_write(b, 0, 64, data.data(), false, std::vector<Event>{gate}).value();
   w.on_complete([&](int status) { called = status; });
   EXPECT_EQ(called.load(), -99);
   ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
@@ -302,7 +303,8 @@ TEST(Runtime, InjectedTransferFailureFailsDependents) {
   o.transfer_failure_probability = 1.0;
   Rig rig = make_rig(1, o);
   Buffer b = buffer(*rig.ctx, 64);
-  Event w = rig.queues[0]->enqueue_write(b, 0, 64, pattern(64, 0).data(), false).value();
+  const auto data = pattern(64, 0);
+  Event w = rig.queues[0]->enqueue_write(b, 0, 64, data.data(), false).value();
   Event after = rig.queues[0]->enqueue_marker().value();
   EXPECT_EQ(w.wait(), cl::kOutOfResources);
   EXPECT_NE(w.error_message().find("injected"), std::string::npos);
@@ -341,8 +343,9 @@ TEST(Runtime, OutOfOrderQueueBarrier) {
   auto q = rig.ctx->create_queue(0, true).value();
   Buffer a = buffer(*rig.ctx, 64), c = buffer(*rig.ctx, 64);
   Event gate = rig.ctx->create_user_event();
-  Event w = q->enqueue_write(a, 0, 64, pattern(64, 1).data(), false, std::vector<Event>{gate}).value();
-  Event independent = q->enqueue_write(c, 0, 64, pattern(64, 2).data(), false).value();
+  const auto one = pattern(64, 1), two = pattern(64, 2);
+  Event w = q->enqueue_write(a, 0, 64, one.data(), false, std::vector<Event>{gate}).value();
+  Event independent = q->enqueue_write(c, 0, 64, two.data(), false).value();
   EXPECT_EQ(independent.wait(), cl::kComplete) << "out of order: not stuck behind the gated write";
   Event barrier = q->enqueue_barrier().value();
   Event after = q->enqueue_marker(std::vector<Event>{independent}).value();
