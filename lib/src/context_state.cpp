@@ -161,9 +161,13 @@ class Enqueue {
         inst.allocated = true;
         inst.address = r.value();
         inst.last_use = ctx_.next_tick();
+        // Placed over storage an eviction freed, maybe still being read out?
+        std::erase_if(dev.quarantine, [](const auto& q) { return q.fence->status() <= cl::kComplete; });
+        for (const auto& q : dev.quarantine)
+          if (q.address < r.value() + p.size() && r.value() < q.address + q.size) fences.push_back(q.fence);
         inst.fences = std::move(fences);
         std::lock_guard res(ctx_.residents_mutex);
-        ctx_.residents.push_back(p.weak_from_this());
+        ctx_.residents.try_emplace(&p, p.weak_from_this());
         return {};
       }
       if (r.error().code != bufalloc::Errc::out_of_memory)
@@ -189,8 +193,8 @@ class Enqueue {
     bool victim_clean = false;
     {
       std::lock_guard res(ctx_.residents_mutex);
-      std::erase_if(ctx_.residents, [](const std::weak_ptr<BufferState>& w) { return w.expired(); });
-      for (const auto& weak : ctx_.residents) {
+      std::erase_if(ctx_.residents, [](const auto& r) { return r.second.expired(); });
+      for (const auto& [key, weak] : ctx_.residents) {
         auto b = weak.lock();
         if (!b || b == victim || std::binary_search(parents_.begin(), parents_.end(), b.get())) continue;
         std::unique_lock lock(b->mutex, std::try_to_lock);  // never wait: another enqueue may hold it
@@ -229,15 +233,16 @@ class Enqueue {
       ctx_.bytes_migrated += n;
       ++ctx_.copies_to_host;
     }
-    victim->versions.commit_evict(plan, copy_events, loc);
     auto fence = make_node(nullptr, nullptr);
     Launch l{fence, after};
-    for (migration::Event e : plan.wait) l.deps.push_back(state_of(e));
+    for (migration::Event e : plan.wait) l.deps.push_back(state_of(e));  // before the commit releases them
+    victim->versions.commit_evict(plan, copy_events, loc);
     append(l.deps, inst.users);
     append(l.deps, inst.fences);
     launches_.push_back(std::move(l));
     (void)dev.region->free(inst.address);
     dev.driver().on_free(inst.address, victim->size());
+    dev.quarantine.push_back({inst.address, victim->size(), fence->event});
     inst = Instance{};
     ++ctx_.evictions;
     if (!plan.copies.empty()) ++ctx_.write_backs;
@@ -308,8 +313,9 @@ class Enqueue {
         else if (c.dst == kHost) ++ctx_.copies_to_host;
         else ++ctx_.copies_from_host;
       }
-      p->versions.commit(plan, copy_events, uses, spec_.at, node->event.get());
+      // plan.wait's events are valid only until the commit releases them.
       for (migration::Event e : plan.wait) deps.push_back(state_of(e));
+      p->versions.commit(plan, copy_events, uses, spec_.at, node->event.get());
       append(deps, copy_states);
       if (spec_.at != kHost) {
         Instance& inst = p->instances[spec_.at];

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "buffer_state.hpp"
@@ -67,9 +68,10 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
       evictions{0}, write_backs{0};
 
-  /// Buffers with storage on a device, for eviction (weak: never keeps one alive).
+  /// Buffers with storage on some device, for eviction (weak: never keeps
+  /// one alive); each once, however many devices hold it.
   std::mutex residents_mutex;
-  std::vector<std::weak_ptr<BufferState>> residents;
+  std::unordered_map<const BufferState*, std::weak_ptr<BufferState>> residents;
 
  private:
   std::atomic<std::uint64_t> tick_{0};

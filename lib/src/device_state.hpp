@@ -35,9 +35,17 @@ class DeviceState {
   /// Hands a ready node to the workers.
   void push(std::shared_ptr<CommandNode> node);
 
-  // Global memory. The mutex guards the region and the resident list.
+  // Global memory. The mutex guards the region and the quarantine.
   std::mutex memory_mutex;
   std::optional<bufalloc::Region> region;  // absent for host-memory devices
+  /// Storage freed by an eviction while its last users (and the write-back)
+  /// may still run: whatever is placed over it next must wait for `fence`.
+  struct Quarantine {
+    DeviceAddress address;
+    std::uint64_t size;
+    std::shared_ptr<EventState> fence;
+  };
+  std::vector<Quarantine> quarantine;
 
  private:
   void worker_loop(unsigned index);

@@ -160,7 +160,13 @@ Result<Queue::Mapping> Queue::enqueue_map(const Buffer& buffer, std::uint32_t fl
     state_->mappings.emplace_back(pointer, buffer);
   }
   auto waited = blocking_wait(std::move(r), blocking);
-  if (!waited) return waited.error();
+  if (!waited) {  // the map failed: there is no mapping to unmap
+    std::lock_guard lock(state_->mutex);
+    auto it = std::find_if(state_->mappings.begin(), state_->mappings.end(),
+                           [&](const auto& m) { return m.first == pointer && m.second.parent() == buffer.parent(); });
+    if (it != state_->mappings.end()) state_->mappings.erase(it);
+    return waited.error();
+  }
   return Mapping{pointer, waited.value()};
 }
 
