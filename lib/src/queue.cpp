@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "context_state.hpp"
+#include "memlayer/runtime/local_memory.hpp"
 
 namespace memlayer::runtime {
 
@@ -203,7 +204,17 @@ Result<Event> Queue::enqueue_migrate(std::span<const Buffer> buffers, bool to_ho
 }
 
 Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait) {
+  return enqueue_kernel(std::move(kernel), args, {}, wait);
+}
+
+Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args,
+                                    std::span<const std::uint64_t> local_sizes, WaitList wait) {
   if (!kernel) return Status::error(cl::kInvalidValue, "kernel: no function");
+  if (auto layout = layout_local(local_sizes, state_->device->info().local_mem_size); !layout) {
+    Status s = layout.error();
+    s.message = state_->device->info().name + ": " + s.message;
+    return s;
+  }
   CommandSpec spec;
   for (const KernelArg& a : args) {
     if (Status s = check_buffer(*state_, a.buffer, "kernel argument"); !s.ok()) return s;
@@ -212,10 +223,12 @@ Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const Kerne
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.make_work = [dev, kernel = std::move(kernel)](std::span<const Target> t) {
+  std::vector<std::uint64_t> locals(local_sizes.begin(), local_sizes.end());
+  spec.make_work = [dev, kernel = std::move(kernel), locals](std::span<const Target> t) {
     std::vector<DeviceAddress> addresses;
     for (const Target& x : t) addresses.push_back(x.address);
-    return std::function<Status()>([dev, kernel, addresses] { return dev->driver().run_kernel(kernel, addresses); });
+    return std::function<Status()>(
+        [dev, kernel, addresses, locals] { return dev->driver().run_kernel(kernel, addresses, locals); });
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
 }

@@ -33,7 +33,7 @@ TEST(HostDevice, SharesHostMemory) {
                        static_cast<int*>(p[0])[0] = 99;
                        return runtime::Status{};
                      },
-                     args)
+                     args, {})
                   .ok());
   EXPECT_EQ(a[0], 99);
 }

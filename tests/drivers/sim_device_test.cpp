@@ -220,16 +220,35 @@ TEST(SimDevice, KernelsSeePointersIntoTheArena) {
         for (int i = 0; i < 4; ++i) y[i] = x[i] * 10;
         return runtime::Status{};
       },
-      args);
+      args, {});
   ASSERT_TRUE(s.ok()) << s.message;
   std::vector<int> out(4);
   ASSERT_TRUE(dev.read(b, out.data(), sizeof(int) * 4).ok());
   EXPECT_EQ(out, (std::vector<int>{10, 20, 30, 40}));
   const std::vector<runtime::DeviceAddress> bad{1};
-  EXPECT_FALSE(dev.run_kernel([](std::span<void* const>) { return runtime::Status{}; }, bad).ok());
+  EXPECT_FALSE(dev.run_kernel([](std::span<void* const>) { return runtime::Status{}; }, bad, {}).ok());
   auto failing = dev.run_kernel(
-      [](std::span<void* const>) { return runtime::Status::error(-5, "kernel says no"); }, args);
+      [](std::span<void* const>) { return runtime::Status::error(-5, "kernel says no"); }, args, {});
   EXPECT_EQ(failing.message, "kernel says no");
+  // Local memory: aligned, disjoint, within the device's local size.
+  const std::vector<std::uint64_t> locals{1000, 24};
+  std::vector<void*> seen;
+  ASSERT_TRUE(dev.run_kernel(
+                     [&](std::span<void* const> p) {
+                       seen.assign(p.begin(), p.end());
+                       std::memset(p[2], 1, 1000);
+                       std::memset(p[3], 2, 24);
+                       return runtime::Status{};
+                     },
+                     args, locals)
+                  .ok());
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(seen[2]) % 128, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(seen[3]) % 128, 0u);
+  EXPECT_GE(static_cast<std::byte*>(seen[3]) - static_cast<std::byte*>(seen[2]), 1000);
+  const std::vector<std::uint64_t> too_much{dev.info().local_mem_size + 1};
+  EXPECT_EQ(dev.run_kernel([](std::span<void* const>) { return runtime::Status{}; }, args, too_much).code,
+            runtime::cl::kOutOfResources);
 }
 
 TEST(SimDevice, BadOptionsAreRejected) {

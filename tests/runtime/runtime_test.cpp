@@ -404,3 +404,63 @@ TEST(Runtime, EnqueueArgumentErrors) {
   Rig other = make_rig(1);
   EXPECT_EQ(other.queues[0]->enqueue_read(b, 0, 1, x, true).error().code, cl::kInvalidContext);
 }
+
+TEST(Runtime, KernelsGetLocalMemoryAndOversizedLaunchesFailAtEnqueue) {
+  drivers::SimOptions o;
+  o.local_mem_size = 4096;
+  Rig rig = make_rig(1, o);
+  EXPECT_EQ(rig.ctx->device_info(0).local_mem_size, 4096u);
+  Buffer b = buffer(*rig.ctx, 16);
+  const std::vector<std::uint64_t> locals{1024, 1024};
+  auto r = rig.queues[0]->enqueue_kernel(
+      [](std::span<void* const> p) {
+        // A reduction through local memory: the result lands in the buffer.
+        auto* scratch = static_cast<std::uint8_t*>(p[1]);
+        auto* second = static_cast<std::uint8_t*>(p[2]);
+        for (int i = 0; i < 1024; ++i) scratch[i] = 1, second[i] = 2;
+        int sum = 0;
+        for (int i = 0; i < 1024; ++i) sum += scratch[i] + second[i];
+        std::memcpy(p[0], &sum, sizeof sum);
+        return Status{};
+      },
+      std::vector<KernelArg>{{b, Access::write}}, locals);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  int sum = 0;
+  ASSERT_TRUE(rig.queues[0]->enqueue_read(b, 0, sizeof sum, &sum, true).ok());
+  EXPECT_EQ(sum, 3 * 1024);
+  const std::vector<std::uint64_t> too_much{2048, 2048, 1};
+  auto over = rig.queues[0]->enqueue_kernel([](std::span<void* const>) { return Status{}; },
+                                            std::vector<KernelArg>{{b, Access::read}}, too_much);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, cl::kOutOfResources);
+  EXPECT_NE(over.error().message.find("4096"), std::string::npos) << over.error().message;
+  const std::vector<std::uint64_t> zero{0};
+  EXPECT_EQ(rig.queues[0]
+                ->enqueue_kernel([](std::span<void* const>) { return Status{}; }, std::vector<KernelArg>{}, zero)
+                .error()
+                .code,
+            cl::kInvalidKernelArgs);
+}
+
+TEST(Runtime, ReleasingABufferWhileItsMigrationsAreInFlightIsSafe) {
+  drivers::SimOptions o;
+  o.model_link_time = true;  // slow transfers: the copies are surely in flight
+  o.host_link = LinkCost{2e-3, 1e9};
+  Rig rig = make_rig(2, o);
+  std::vector<std::uint8_t> out(64 << 10);
+  Event read;
+  {
+    Buffer b = buffer(*rig.ctx, 64 << 10);
+    const auto data = pattern(64 << 10, 12);
+    ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, data.size(), data.data(), true).ok());
+    read = rig.queues[1]->enqueue_read(b, 0, out.size(), out.data(), false).value();
+    EXPECT_GT(read.status(), cl::kComplete);
+  }  // the last handle goes while the device 0 -> host -> device 1 copies run
+  ASSERT_EQ(read.wait(), cl::kComplete);
+  EXPECT_EQ(out, pattern(64 << 10, 12));
+  for (auto& q : rig.queues) ASSERT_TRUE(q->finish().ok());
+  for (int i = 0; i < 100 && rig.ctx->stats().devices[1].live_blocks != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(rig.ctx->stats().devices[0].live_blocks, 0u);
+  EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 0u) << "the storage went with the last command";
+}

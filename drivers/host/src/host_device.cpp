@@ -1,5 +1,7 @@
 #include "memlayer/drivers/host_device.hpp"
 
+#include "memlayer/runtime/local_memory.hpp"
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -60,12 +62,19 @@ Status HostDevice::fill(DeviceAddress dst, std::uint64_t size, std::span<const s
 
 void* HostDevice::host_pointer(DeviceAddress address) { return pointer(address); }
 
-Status HostDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<const DeviceAddress> buffers) {
+Status HostDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<const DeviceAddress> buffers,
+                              std::span<const std::uint64_t> local_sizes) {
   std::vector<void*> pointers;
-  pointers.reserve(buffers.size());
+  pointers.reserve(buffers.size() + local_sizes.size());
   for (DeviceAddress a : buffers) {
     if (a == 0) return null_address("kernel argument");
     pointers.push_back(pointer(a));
+  }
+  auto layout = runtime::layout_local(local_sizes, info_.local_mem_size);
+  if (!layout) return layout.error();
+  if (!local_sizes.empty()) {
+    std::byte* local = runtime::worker_local_memory(info_.local_mem_size);
+    for (std::uint64_t off : layout.value()) pointers.push_back(local + off);
   }
   return kernel(pointers);
 }

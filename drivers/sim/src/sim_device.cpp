@@ -1,5 +1,7 @@
 #include "memlayer/drivers/sim_device.hpp"
 
+#include "memlayer/runtime/local_memory.hpp"
+
 #include <hwloc.h>
 
 #include <chrono>
@@ -227,13 +229,21 @@ Status SimDevice::copy_from_peer(runtime::DeviceDriver& source, DeviceAddress sr
   return {};
 }
 
-Status SimDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<const DeviceAddress> buffers) {
+Status SimDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<const DeviceAddress> buffers,
+                             std::span<const std::uint64_t> local_sizes) {
   std::vector<void*> pointers;
-  pointers.reserve(buffers.size());
+  pointers.reserve(buffers.size() + local_sizes.size());
   for (DeviceAddress a : buffers) {
     std::byte* p = locate(a, 0);
     if (p == nullptr) return out_of_range("kernel argument", a, 0);
     pointers.push_back(p);
+  }
+  // Each worker thread is one compute unit with its own local memory.
+  auto layout = runtime::layout_local(local_sizes, info_.local_mem_size);
+  if (!layout) return layout.error();
+  if (!local_sizes.empty()) {
+    std::byte* local = runtime::worker_local_memory(info_.local_mem_size);
+    for (std::uint64_t off : layout.value()) pointers.push_back(local + off);
   }
   return kernel(pointers);
 }

@@ -62,8 +62,9 @@ struct DeviceInfo {
 };
 
 /// A kernel is a host callable. It receives one pointer per buffer argument
-/// (in the device's memory, as the host sees it) and returns a Status.
-using KernelFunction = std::function<Status(std::span<void* const> buffers)>;
+/// (in the device's memory, as the host sees it), then one per local-memory
+/// argument, and returns a Status.
+using KernelFunction = std::function<Status(std::span<void* const> pointers)>;
 
 class DeviceDriver {
  public:
@@ -105,8 +106,11 @@ class DeviceDriver {
   /// only where peer_link(source) has a value.
   virtual Status copy_from_peer(DeviceDriver& source, DeviceAddress src, DeviceAddress dst, std::uint64_t size);
 
-  /// Runs a kernel over the given buffers (their addresses in this device).
-  virtual Status run_kernel(const KernelFunction& kernel, std::span<const DeviceAddress> buffers) = 0;
+  /// Runs a kernel over the given buffers (their addresses in this device)
+  /// with local-memory arguments of the given sizes, laid out in the local
+  /// memory of the compute unit that runs it (see local_memory.hpp).
+  virtual Status run_kernel(const KernelFunction& kernel, std::span<const DeviceAddress> buffers,
+                            std::span<const std::uint64_t> local_sizes) = 0;
 };
 
 }  // namespace memlayer::runtime

@@ -82,6 +82,11 @@ class Queue {
   /// Runs `kernel` on this device with the buffers' device pointers; the same
   /// buffer may appear twice (a writable use makes it a write).
   Result<Event> enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait = {});
+  /// The same with local-memory arguments of the given sizes (their pointers
+  /// follow the buffers'). Errors: kOutOfResources when they do not fit in
+  /// the device's local memory, kInvalidKernelArgs for a size of 0.
+  Result<Event> enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args,
+                               std::span<const std::uint64_t> local_sizes, WaitList wait = {});
 
   Result<Event> enqueue_marker(WaitList wait = {});
   Result<Event> enqueue_barrier(WaitList wait = {});

@@ -22,8 +22,8 @@ class HostDevice final : public runtime::DeviceDriver {
   runtime::Status copy(runtime::DeviceAddress src, runtime::DeviceAddress dst, std::uint64_t size) override;
   runtime::Status fill(runtime::DeviceAddress dst, std::uint64_t size, std::span<const std::byte> pattern) override;
   [[nodiscard]] void* host_pointer(runtime::DeviceAddress address) override;
-  runtime::Status run_kernel(const runtime::KernelFunction& kernel,
-                             std::span<const runtime::DeviceAddress> buffers) override;
+  runtime::Status run_kernel(const runtime::KernelFunction& kernel, std::span<const runtime::DeviceAddress> buffers,
+                             std::span<const std::uint64_t> local_sizes) override;
 
  private:
   runtime::DeviceInfo info_;

@@ -71,8 +71,8 @@ class SimDevice final : public runtime::DeviceDriver {
   [[nodiscard]] std::optional<runtime::LinkCost> peer_link(const runtime::DeviceDriver& source) const override;
   runtime::Status copy_from_peer(runtime::DeviceDriver& source, runtime::DeviceAddress src,
                                  runtime::DeviceAddress dst, std::uint64_t size) override;
-  runtime::Status run_kernel(const runtime::KernelFunction& kernel,
-                             std::span<const runtime::DeviceAddress> buffers) override;
+  runtime::Status run_kernel(const runtime::KernelFunction& kernel, std::span<const runtime::DeviceAddress> buffers,
+                             std::span<const std::uint64_t> local_sizes) override;
 
   /// Whether the arena really is bound to its NUMA node (hwloc may refuse on
   /// a machine or container without memory binding; it then stays unbound).
