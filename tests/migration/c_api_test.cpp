@@ -1,0 +1,70 @@
+// The migration planner's C API: the same planner behind checked arguments.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "memlayer/migration.h"
+
+extern "C" int migration_c_smoke(void);
+
+TEST(MigrationCApi, UsableFromC) { EXPECT_EQ(migration_c_smoke(), 0); }
+
+TEST(MigrationCApi, BadArgumentsGetStatusesAndMessages) {
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  EXPECT_EQ(ml_cost_model_create(1e-5, 0, &cost), ML_MIG_INVALID_ARGUMENT);
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_MIG_OK);
+  ASSERT_EQ(ml_plan_create(&plan), ML_MIG_OK);
+  EXPECT_EQ(ml_versions_create(0, 1, nullptr, &v), ML_MIG_INVALID_ARGUMENT);
+  EXPECT_EQ(ml_versions_create(64, 0, nullptr, &v), ML_MIG_INVALID_ARGUMENT);
+  ASSERT_EQ(ml_versions_create(64, 1, nullptr, &v), ML_MIG_OK);
+  ml_use beyond{60, 8, ML_ACCESS_READ};
+  EXPECT_EQ(ml_versions_plan(v, &beyond, 1, 1, cost, plan), ML_MIG_OUT_OF_RANGE);
+  EXPECT_NE(std::string(ml_migration_last_error()).find("beyond"), std::string::npos);
+  ml_use zero{0, 0, ML_ACCESS_READ};
+  EXPECT_EQ(ml_versions_plan(v, &zero, 1, 1, cost, plan), ML_MIG_INVALID_ARGUMENT);
+  ml_use ok{0, 64, ML_ACCESS_READ};
+  EXPECT_EQ(ml_versions_plan(v, &ok, 1, 64, cost, plan), ML_MIG_INVALID_ARGUMENT);
+  EXPECT_EQ(ml_versions_plan(v, nullptr, 0, 1, cost, plan), ML_MIG_INVALID_ARGUMENT);
+  ASSERT_EQ(ml_versions_plan(v, &ok, 1, 1, cost, plan), ML_MIG_OK);
+  ASSERT_EQ(ml_plan_copy_count(plan), 1u);
+  EXPECT_EQ(ml_versions_commit(v, plan, nullptr, 0, &ok, 1, 1, nullptr), ML_MIG_MISMATCH);
+  EXPECT_EQ(ml_versions_plan_evict(v, 0, cost, plan), ML_MIG_INVALID_ARGUMENT);
+  EXPECT_EQ(ml_plan_copy(plan, 99).size, 0u);
+  EXPECT_EQ(ml_versions_valid_at(v, 0, 60, 8), 0);
+  EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 64), 1);
+  ml_versions_destroy(v);
+  ml_versions_destroy(nullptr);
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}
+
+TEST(MigrationCApi, EventReferencesAreBalanced) {
+  std::map<ml_event, int> refs;
+  ml_event_ops ops{&refs, [](void* c, ml_event e) { ++(*static_cast<std::map<ml_event, int>*>(c))[e]; },
+                   [](void* c, ml_event e) { --(*static_cast<std::map<ml_event, int>*>(c))[e]; },
+                   [](void*, ml_event) { return 0; }};
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_MIG_OK);
+  ASSERT_EQ(ml_cost_model_set_direct(cost, 1, 2, 1e-6, 1e10), ML_MIG_OK);
+  ASSERT_EQ(ml_plan_create(&plan), ML_MIG_OK);
+  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_MIG_OK);
+  ml_use w{0, 4096, ML_ACCESS_OVERWRITE}, r{0, 4096, ML_ACCESS_READ};
+  ASSERT_EQ(ml_versions_plan(v, &w, 1, 1, cost, plan), ML_MIG_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &w, 1, 1, reinterpret_cast<ml_event>(16)), ML_MIG_OK);
+  ASSERT_EQ(ml_versions_plan(v, &r, 1, 2, cost, plan), ML_MIG_OK);
+  ASSERT_EQ(ml_plan_copy_count(plan), 1u);
+  EXPECT_EQ(ml_plan_copy(plan, 0).src, 1u) << "the direct link";
+  ml_event copy = reinterpret_cast<ml_event>(32);
+  ASSERT_EQ(ml_versions_commit(v, plan, &copy, 1, &r, 1, 2, reinterpret_cast<ml_event>(48)), ML_MIG_OK);
+  EXPECT_GT(refs[copy], 0);
+  EXPECT_EQ(ml_versions_bytes_only_at(v, 1), 0u);
+  ml_versions_destroy(v);
+  for (auto& [e, n] : refs) EXPECT_EQ(n, 0) << e;
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}
