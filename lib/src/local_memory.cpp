@@ -31,6 +31,7 @@ Result<std::vector<std::uint64_t>> layout_local(std::span<const std::uint64_t> s
   return offsets;
 }
 
+namespace {
 std::byte* worker_local_memory(std::uint64_t capacity) {
   struct FreeDeleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
@@ -44,6 +45,21 @@ std::byte* worker_local_memory(std::uint64_t capacity) {
     size = rounded;
   }
   return memory.get();
+}
+}  // namespace
+
+Status append_local_pointers(std::span<const std::uint64_t> sizes, std::uint64_t capacity,
+                             std::vector<void*>& pointers) {
+  auto layout = layout_local(sizes, capacity);
+  if (!layout) return layout.error();
+  if (sizes.empty()) return {};
+  try {
+    std::byte* local = worker_local_memory(capacity);
+    for (std::uint64_t offset : layout.value()) pointers.push_back(local + offset);
+  } catch (const std::bad_alloc&) {
+    return Status::error(cl::kOutOfHostMemory, "local memory: no host memory to simulate it");
+  }
+  return {};
 }
 
 }  // namespace memlayer::runtime

@@ -70,12 +70,7 @@ Status HostDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<c
     if (a == 0) return null_address("kernel argument");
     pointers.push_back(pointer(a));
   }
-  auto layout = runtime::layout_local(local_sizes, info_.local_mem_size);
-  if (!layout) return layout.error();
-  if (!local_sizes.empty()) {
-    std::byte* local = runtime::worker_local_memory(info_.local_mem_size);
-    for (std::uint64_t off : layout.value()) pointers.push_back(local + off);
-  }
+  if (Status s = runtime::append_local_pointers(local_sizes, info_.local_mem_size, pointers); !s.ok()) return s;
   return kernel(pointers);
 }
 

@@ -239,12 +239,7 @@ Status SimDevice::run_kernel(const runtime::KernelFunction& kernel, std::span<co
     pointers.push_back(p);
   }
   // Each worker thread is one compute unit with its own local memory.
-  auto layout = runtime::layout_local(local_sizes, info_.local_mem_size);
-  if (!layout) return layout.error();
-  if (!local_sizes.empty()) {
-    std::byte* local = runtime::worker_local_memory(info_.local_mem_size);
-    for (std::uint64_t off : layout.value()) pointers.push_back(local + off);
-  }
+  if (Status s = runtime::append_local_pointers(local_sizes, info_.local_mem_size, pointers); !s.ok()) return s;
   return kernel(pointers);
 }
 

@@ -24,9 +24,11 @@ inline constexpr std::uint64_t kLocalAlignment = 128;
 /// not fit (the message gives the request and the capacity). O(arguments).
 Result<std::vector<std::uint64_t>> layout_local(std::span<const std::uint64_t> sizes, std::uint64_t capacity);
 
-/// The calling thread's simulated local memory of `capacity` bytes (host
-/// memory, kLocalAlignment-aligned, reused by every launch on this thread),
-/// for drivers whose local memory is host memory. Throws std::bad_alloc.
-std::byte* worker_local_memory(std::uint64_t capacity);
+/// For drivers whose local memory is host memory: lays the local arguments
+/// out in the calling worker thread's own local memory of `capacity` bytes
+/// (one compute unit's; reused by every launch on the thread) and appends
+/// their pointers. Errors as layout_local(); kOutOfHostMemory.
+Status append_local_pointers(std::span<const std::uint64_t> sizes, std::uint64_t capacity,
+                             std::vector<void*>& pointers);
 
 }  // namespace memlayer::runtime
