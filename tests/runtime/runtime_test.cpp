@@ -464,3 +464,26 @@ TEST(Runtime, ReleasingABufferWhileItsMigrationsAreInFlightIsSafe) {
   EXPECT_EQ(rig.ctx->stats().devices[0].live_blocks, 0u);
   EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 0u) << "the storage went with the last command";
 }
+
+TEST(Runtime, AFailedAllocationChangesNoVersion) {
+  drivers::SimOptions o;
+  o.memory_size = 1 << 20;
+  Rig rig = make_rig(2, o);
+  Buffer small = buffer(*rig.ctx, 4096);
+  const auto data = pattern(4096, 21);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(small, 0, 4096, data.data(), true).ok());
+  EXPECT_EQ(read_all(*rig.queues[1], small), data);  // now valid on both devices
+  const auto moved = rig.ctx->stats().bytes_migrated;
+  // A kernel on device 1 that would write `small` but also needs a buffer
+  // larger than the device: it fails at enqueue...
+  Buffer huge = buffer(*rig.ctx, 2 << 20);
+  auto r = rig.queues[1]->enqueue_kernel([](std::span<void* const>) { return Status{}; },
+                                         std::vector<KernelArg>{{small, Access::write}, {huge, Access::read}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  // ...and leaves `small` valid on device 0: had its version moved to device
+  // 1, this read would migrate it back.
+  EXPECT_EQ(read_all(*rig.queues[0], small), data);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, moved);
+  EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 1u) << "only small's storage, none for huge";
+}
