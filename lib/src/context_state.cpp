@@ -149,7 +149,6 @@ class Enqueue {
   Status allocate_instance(DeviceState& dev, BufferState& p) {
     std::lock_guard mem(dev.memory_mutex);
     if (!dev.region) return Status::error(cl::kMemObjectAllocationFailure, dev.info().name + ": no global memory");
-    std::vector<EventPtr> fences;
     for (;;) {
       auto r = dev.region->allocate(p.size(), dev.info().base_alignment);
       if (r.ok()) {
@@ -163,30 +162,29 @@ class Enqueue {
         inst.last_use = ctx_.next_tick();
         // Placed over storage an eviction freed, maybe still being read out?
         std::erase_if(dev.quarantine, [](const auto& q) { return q.fence->status() <= cl::kComplete; });
+        inst.fences.clear();
         for (const auto& q : dev.quarantine)
-          if (q.address < r.value() + p.size() && r.value() < q.address + q.size) fences.push_back(q.fence);
-        inst.fences = std::move(fences);
+          if (q.address < r.value() + p.size() && r.value() < q.address + q.size) inst.fences.push_back(q.fence);
         std::lock_guard res(ctx_.residents_mutex);
         ctx_.residents.try_emplace(&p, p.weak_from_this());
         return {};
       }
       if (r.error().code != bufalloc::Errc::out_of_memory)
         return Status::error(cl::kMemObjectAllocationFailure, dev.info().name + ": " + r.error().message());
-      EventPtr fence = evict_one(dev);
-      if (!fence) {
+      if (!evict_one(dev)) {
         return Status::error(cl::kMemObjectAllocationFailure,
                              dev.info().name + ": cannot place a " + std::to_string(p.size()) +
                                  "-byte buffer and nothing more can be evicted (" + r.error().message() + ")");
       }
-      fences.push_back(std::move(fence));
     }
   }
 
   // Evicts the least recently used instance on `dev` of a buffer this
   // command does not use, preferring copies valid elsewhere (nothing to
-  // write back). Returns the event after which its storage may be reused,
-  // or nullptr when nothing can be evicted. Caller holds dev.memory_mutex.
-  EventPtr evict_one(DeviceState& dev) {
+  // write back). Its storage goes into quarantine until its last users and
+  // the write-back finish. False when nothing can be evicted. Caller holds
+  // dev.memory_mutex.
+  bool evict_one(DeviceState& dev) {
     const Location loc = dev.location();
     std::shared_ptr<BufferState> victim;
     std::unique_lock<std::mutex> victim_lock;
@@ -210,7 +208,7 @@ class Enqueue {
         }
       }
     }
-    if (!victim) return nullptr;
+    if (!victim) return false;
 
     Instance& inst = victim->instances[loc];
     migration::Plan plan;
@@ -246,7 +244,7 @@ class Enqueue {
     inst = Instance{};
     ++ctx_.evictions;
     if (!plan.copies.empty()) ++ctx_.write_backs;
-    return fence->event;
+    return true;
   }
 
   Status plan_all() {
@@ -319,6 +317,7 @@ class Enqueue {
       append(deps, copy_states);
       if (spec_.at != kHost) {
         Instance& inst = p->instances[spec_.at];
+        std::erase_if(inst.fences, [](const EventPtr& f) { return f->status() <= cl::kComplete; });
         append(deps, inst.fences);
         inst.add_user(node->event);
         inst.last_use = tick;
