@@ -73,6 +73,21 @@ std::uint64_t slow_searches(const A& allocator) {
   return 0;
 }
 
+// Untimed pairs k in [begin, end) of the trace: free the victim's block,
+// allocate the new size in its place. False if either fails.
+template <BenchAllocator A>
+bool run_pairs(A& allocator, std::vector<Address>& blocks, const PairTrace& trace, std::size_t begin,
+               std::size_t end) {
+  for (std::size_t k = begin; k < end; ++k) {
+    Address& slot = blocks[trace.victim[k]];
+    const bool freed = allocator.free(slot);
+    const auto address = allocator.allocate(trace.size[k]);
+    if (!freed || !address) return false;
+    slot = *address;
+  }
+  return true;
+}
+
 template <BenchAllocator A>
 void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup) {
   const auto pairs = static_cast<std::size_t>(state.max_iterations);
@@ -95,15 +110,9 @@ void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup)
     blocks.push_back(*address);
   }
   prefill_mode(allocator, false);
-  for (std::size_t k = 0; k < warmup; ++k) {
-    Address& slot = blocks[trace.victim[k]];
-    const bool freed = allocator.free(slot);
-    const auto address = allocator.allocate(trace.size[k]);
-    if (!freed || !address) {
-      state.SkipWithError("warm-up: a free or an allocation failed");
-      return;
-    }
-    slot = *address;
+  if (!run_pairs(allocator, blocks, trace, 0, warmup)) {
+    state.SkipWithError("warm-up: a free or an allocation failed");
+    return;
   }
 
   std::vector<std::int64_t> samples(pairs);  // zero-filled: its pages are touched here
@@ -133,17 +142,12 @@ void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup)
 
   const std::size_t batch_begin = warmup + i;
   const auto b0 = Clock::now();
-  for (std::size_t k = batch_begin; k < batch_begin + i; ++k) {
-    Address& slot = blocks[trace.victim[k]];
-    const bool freed = allocator.free(slot);
-    const auto address = allocator.allocate(trace.size[k]);
-    if (!freed || !address) {
-      state.SkipWithError("batch run: a free or an allocation failed");
-      return;
-    }
-    slot = *address;
-  }
+  const bool batch_ok = run_pairs(allocator, blocks, trace, batch_begin, batch_begin + i);
   const auto b1 = Clock::now();
+  if (!batch_ok) {
+    state.SkipWithError("batch run: a free or an allocation failed");
+    return;
+  }
   state.counters["batch_ns"] =
       i == 0 ? 0.0
              : static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(b1 - b0).count()) /

@@ -40,53 +40,57 @@ void cut(RangeVersions& b, unsigned devices, std::uint64_t spans, std::uintptr_t
   }
 }
 
-void no_migration(benchmark::State& state) {
-  const auto devices = static_cast<unsigned>(state.range(0));
-  const auto spans = static_cast<std::uint64_t>(state.range(1));
-  const EventOps ops = finished_at_once();
+// What both benchmarks start from: a buffer cut into state.range(1) spans
+// over state.range(0) devices.
+struct Setup {
+  explicit Setup(const benchmark::State& state)
+      : devices(static_cast<unsigned>(state.range(0))), spans(static_cast<std::uint64_t>(state.range(1))) {
+    cut(b, devices, spans, next_event);
+  }
+  Event fresh_event() { return reinterpret_cast<Event>(next_event += 16); }
+
+  unsigned devices;
+  std::uint64_t spans;
+  EventOps ops = finished_at_once();
   std::uintptr_t next_event = 0;
-  RangeVersions b(kBufferSize, LocationSet::of(kHost), ops);
-  cut(b, devices, spans, next_event);
+  RangeVersions b{kBufferSize, LocationSet::of(kHost), ops};
   LinkCostModel cost;
   Plan plan;
+};
+
+void no_migration(benchmark::State& state) {
+  Setup s(state);
   // One span's range, read on the device that wrote it: valid there already.
-  const std::vector<Use> uses{{0, kBufferSize / spans, Access::read}};
+  const std::vector<Use> uses{{0, kBufferSize / s.spans, Access::read}};
   for (auto _ : state) {
-    b.plan(uses, 1, cost, plan);
-    b.commit(plan, {}, uses, 1, reinterpret_cast<Event>(next_event += 16));
-    benchmark::DoNotOptimize(plan.wait.data());
+    s.b.plan(uses, 1, s.cost, s.plan);
+    s.b.commit(s.plan, {}, uses, 1, s.fresh_event());
+    benchmark::DoNotOptimize(s.plan.wait.data());
   }
-  if (!plan.copies.empty()) state.SkipWithError("the no-migration path planned a copy");
-  state.counters["spans"] = static_cast<double>(b.span_count());
+  if (!s.plan.copies.empty()) state.SkipWithError("the no-migration path planned a copy");
+  state.counters["spans"] = static_cast<double>(s.b.span_count());
 }
 
 void migration(benchmark::State& state) {
-  const auto devices = static_cast<unsigned>(state.range(0));
-  const auto spans = static_cast<std::uint64_t>(state.range(1));
-  const EventOps ops = finished_at_once();
-  std::uintptr_t next_event = 0;
-  RangeVersions b(kBufferSize, LocationSet::of(kHost), ops);
-  cut(b, devices, spans, next_event);
-  LinkCostModel cost;
-  for (Location d = 1; d <= devices; ++d)
-    for (Location e = 1; e <= devices; ++e)
-      if (d != e && (d + e) % 2 == 0) cost.set_direct(d, e, {1e-6, 50e9});
-  Plan plan;
+  Setup s(state);
+  for (Location d = 1; d <= s.devices; ++d)
+    for (Location e = 1; e <= s.devices; ++e)
+      if (d != e && (d + e) % 2 == 0) s.cost.set_direct(d, e, {1e-6, 50e9});
   std::vector<Event> copy_events;
-  const std::uint64_t range = kBufferSize / spans;
-  Location at = 1;
-  std::uint64_t copies = 0;
+  const std::uint64_t range = kBufferSize / s.spans;
   const std::vector<Use> write{{0, range, Access::overwrite}};
   const std::vector<Use> read{{0, range, Access::read}};
+  Location at = 1;
+  std::uint64_t copies = 0;
   for (auto _ : state) {
-    b.plan(write, at, cost, plan);
-    b.commit(plan, {}, write, at, reinterpret_cast<Event>(next_event += 16));
-    const Location reader = devices == 1 ? kHost : 1 + at % devices;
-    b.plan(read, reader, cost, plan);
-    copy_events.resize(plan.copies.size());
-    for (Event& e : copy_events) e = reinterpret_cast<Event>(next_event += 16);
-    b.commit(plan, copy_events, read, reader, reinterpret_cast<Event>(next_event += 16));
-    copies += plan.copies.size();
+    s.b.plan(write, at, s.cost, s.plan);
+    s.b.commit(s.plan, {}, write, at, s.fresh_event());
+    const Location reader = s.devices == 1 ? kHost : 1 + at % s.devices;
+    s.b.plan(read, reader, s.cost, s.plan);
+    copy_events.resize(s.plan.copies.size());
+    for (Event& e : copy_events) e = s.fresh_event();
+    s.b.commit(s.plan, copy_events, read, reader, s.fresh_event());
+    copies += s.plan.copies.size();
     at = reader == kHost ? 1 : reader;
   }
   state.counters["copies_per_read"] =
