@@ -2,8 +2,6 @@
 
 #include "memlayer/runtime/local_memory.hpp"
 
-#include <hwloc.h>
-
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -28,36 +26,6 @@ std::uint64_t mix(std::uint64_t x) {
 }
 }  // namespace
 
-// One hwloc topology for every sim device of a process: loading it is slow
-// and its objects must outlive every device that points into it.
-class SimTopology {
- public:
-  SimTopology() = default;
-  SimTopology(const SimTopology&) = delete;
-  SimTopology& operator=(const SimTopology&) = delete;
-  ~SimTopology() {
-    if (loaded_) hwloc_topology_destroy(topology_);
-  }
-  Status load() {
-    if (hwloc_topology_init(&topology_) != 0) return Status::error(kOutOfResources, "sim: hwloc_topology_init failed");
-    loaded_ = true;
-    if (hwloc_topology_load(topology_) != 0) return Status::error(kOutOfResources, "sim: hwloc_topology_load failed");
-    return {};
-  }
-  hwloc_topology_t get() const { return topology_; }
-  hwloc_obj_t numa_node(int index) const {
-    return hwloc_get_obj_by_type(topology_, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(index));
-  }
-  int numa_count() const {
-    const int n = hwloc_get_nbobjs_by_type(topology_, HWLOC_OBJ_NUMANODE);
-    return n > 0 ? n : 1;
-  }
-
- private:
-  hwloc_topology_t topology_ = nullptr;
-  bool loaded_ = false;
-};
-
 Status SimDevice::create(unsigned count, const SimOptions& options, std::vector<std::unique_ptr<SimDevice>>& out) {
   if (options.memory_size == 0) return Status::error(kInvalidValue, "sim: memory_size must be > 0");
   if (options.base_alignment == 0 || (options.base_alignment & (options.base_alignment - 1)) != 0)
@@ -66,24 +34,20 @@ Status SimDevice::create(unsigned count, const SimOptions& options, std::vector<
     return Status::error(kInvalidValue, "sim: worker_threads and compute_units must be > 0");
   if (options.transfer_failure_probability < 0 || options.transfer_failure_probability > 1)
     return Status::error(kInvalidValue, "sim: transfer_failure_probability must be in [0, 1]");
-  auto topology = std::make_shared<SimTopology>();
-  if (Status s = topology->load(); !s.ok()) return s;
-  const int nodes = topology->numa_count();
+  const int nodes = DeviceArena::numa_node_count();
   if (count == 0) count = static_cast<unsigned>(nodes);
   std::vector<std::unique_ptr<SimDevice>> made;
   for (unsigned i = 0; i < count; ++i) {
-    auto device = std::make_unique<SimDevice>(Key{}, topology, i, static_cast<int>(i % static_cast<unsigned>(nodes)),
-                                              options);
-    if (Status s = device->init_arena(); !s.ok()) return s;
-    made.push_back(std::move(device));
+    auto arena = DeviceArena::create(options.memory_size, static_cast<int>(i % static_cast<unsigned>(nodes)));
+    if (!arena.ok()) return Status::error(kOutOfResources, "sim" + std::to_string(i) + ": " + arena.error());
+    made.push_back(std::make_unique<SimDevice>(Key{}, std::move(arena).value(), i, options));
   }
   for (auto& d : made) out.push_back(std::move(d));
   return {};
 }
 
-SimDevice::SimDevice(Key, std::shared_ptr<SimTopology> topology, unsigned index, int numa_node,
-                     const SimOptions& options)
-    : topology_(std::move(topology)), options_(options),
+SimDevice::SimDevice(Key, DeviceArena arena, unsigned index, const SimOptions& options)
+    : arena_(std::move(arena)), options_(options),
       // 2^44 apart: distinct, far from 0, room for arenas up to 16 TiB.
       base_((DeviceAddress{index} + 1) << 44) {
   info_.name = "sim" + std::to_string(index);
@@ -92,32 +56,11 @@ SimDevice::SimDevice(Key, std::shared_ptr<SimTopology> topology, unsigned index,
   info_.base_alignment = options.base_alignment;
   info_.compute_units = options.compute_units;
   info_.worker_threads = options.worker_threads;
-  info_.numa_node = numa_node;
-}
-
-Status SimDevice::init_arena() {
-  hwloc_topology_t topo = topology_->get();
-  if (hwloc_obj_t node = topology_->numa_node(info_.numa_node)) {
-    arena_ = static_cast<std::byte*>(hwloc_alloc_membind(topo, options_.memory_size, node->nodeset,
-                                                         HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET));
-    memory_bound_ = arena_ != nullptr;
-  }
-  if (arena_ == nullptr) arena_ = static_cast<std::byte*>(hwloc_alloc(topo, options_.memory_size));
-  if (arena_ == nullptr) {
-    return Status::error(kOutOfResources, info_.name + ": cannot allocate a " + std::to_string(options_.memory_size) +
-                                              "-byte arena");
-  }
-  return {};
-}
-
-SimDevice::~SimDevice() {
-  if (arena_ != nullptr) hwloc_free(topology_->get(), arena_, options_.memory_size);
+  info_.numa_node = arena_.numa_node();
 }
 
 void SimDevice::on_worker_start(unsigned) {
-  // Best effort: a container may forbid binding; the work still runs.
-  if (hwloc_obj_t node = topology_->numa_node(info_.numa_node); node != nullptr && node->cpuset != nullptr)
-    hwloc_set_cpubind(topology_->get(), node->cpuset, HWLOC_CPUBIND_THREAD);
+  arena_.bind_current_thread();  // best effort: a container may forbid binding
 }
 
 Status SimDevice::on_allocate(DeviceAddress address, std::uint64_t size) {
@@ -131,9 +74,8 @@ Status SimDevice::on_allocate(DeviceAddress address, std::uint64_t size) {
 }
 
 std::byte* SimDevice::locate(DeviceAddress address, std::uint64_t size) const {
-  if (address < base_ || address - base_ > options_.memory_size || size > options_.memory_size - (address - base_))
-    return nullptr;
-  return arena_ + (address - base_);
+  if (address < base_) return nullptr;
+  return arena_.locate(address - base_, size);
 }
 
 Status SimDevice::out_of_range(const char* op, DeviceAddress address, std::uint64_t size) const {

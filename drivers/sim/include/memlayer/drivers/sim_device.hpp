@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "memlayer/drivers/device_memory.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 
 namespace memlayer::drivers {
@@ -42,8 +43,6 @@ struct SimOptions {
   std::uint64_t fault_seed = 1;
 };
 
-class SimTopology;  // the shared hwloc topology
-
 class SimDevice final : public runtime::DeviceDriver {
  public:
   /// Makes `count` sim devices, or one per NUMA node when count is 0, spread
@@ -52,7 +51,7 @@ class SimDevice final : public runtime::DeviceDriver {
   static runtime::Status create(unsigned count, const SimOptions& options,
                                 std::vector<std::unique_ptr<SimDevice>>& out);
 
-  ~SimDevice() override;
+  ~SimDevice() override = default;
   SimDevice(const SimDevice&) = delete;
   SimDevice& operator=(const SimDevice&) = delete;
 
@@ -76,7 +75,7 @@ class SimDevice final : public runtime::DeviceDriver {
 
   /// Whether the arena really is bound to its NUMA node (hwloc may refuse on
   /// a machine or container without memory binding; it then stays unbound).
-  [[nodiscard]] bool memory_bound() const noexcept { return memory_bound_; }
+  [[nodiscard]] bool memory_bound() const noexcept { return arena_.bound(); }
   /// Bytes moved in and out (host link, peer link), for the stress summary.
   [[nodiscard]] std::uint64_t bytes_transferred() const noexcept { return bytes_transferred_.load(); }
 
@@ -87,22 +86,19 @@ class SimDevice final : public runtime::DeviceDriver {
     friend class SimDevice;
     Key() = default;
   };
-  SimDevice(Key, std::shared_ptr<SimTopology> topology, unsigned index, int numa_node, const SimOptions& options);
+  SimDevice(Key, DeviceArena arena, unsigned index, const SimOptions& options);
 
  private:
-  runtime::Status init_arena();
   /// The arena pointer for [address, address + size), or nullptr.
   [[nodiscard]] std::byte* locate(runtime::DeviceAddress address, std::uint64_t size) const;
   runtime::Status out_of_range(const char* op, runtime::DeviceAddress address, std::uint64_t size) const;
   runtime::Status maybe_fail_transfer(const char* op);
   void pace(const runtime::LinkCost& link, std::uint64_t bytes, double elapsed_s) const;
 
-  std::shared_ptr<SimTopology> topology_;
+  DeviceArena arena_;
   SimOptions options_;
   runtime::DeviceInfo info_;
   runtime::DeviceAddress base_;
-  std::byte* arena_ = nullptr;
-  bool memory_bound_ = false;
   std::atomic<std::uint64_t> allocations_{0};
   std::atomic<std::uint64_t> transfers_{0};
   std::atomic<std::uint64_t> bytes_transferred_{0};

@@ -1,0 +1,238 @@
+// The memlayer device's pocl_device_ops: PoCL calls these (C linkage).
+//
+// What is the driver's own: device set-up from its parameters, global
+// memory allocation (memlayer's DeviceMemory instead of PoCL's host
+// malloc), the command scheduler and kernel execution with bufalloc-managed
+// local memory (memlayer_device.cpp), and direct device-to-device copies.
+// What it takes from PoCL, through the public ops tables of the drivers that
+// have it: the CPU compilation path, the memcpy transfers, maps and images
+// (from basic: they work on any host-addressable device pointer, which the
+// arena's are), and the event and queue condition-variable plumbing (from
+// pthread).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memlayer_device.hpp"
+
+extern "C" {
+GEN_PROTOTYPES(basic)
+GEN_PROTOTYPES(pthread)
+}
+
+using memlayer::pocl::DriverParameters;
+using memlayer::pocl::MemlayerDevice;
+
+namespace {
+
+MemlayerDevice& device_of(cl_device_id device) { return *static_cast<MemlayerDevice*>(device->data); }
+
+// Per device index j, the parameters init() parsed, for reinit().
+std::vector<DriverParameters>& saved_parameters() {
+  static std::vector<DriverParameters> saved;
+  return saved;
+}
+
+cl_int start_device(unsigned j, cl_device_id device, const DriverParameters& params) {
+  auto made = MemlayerDevice::create(device, params);
+  if (!made.ok()) {
+    POCL_MSG_ERR("memlayer device %u: %s\n", j, made.error().c_str());
+    return CL_OUT_OF_RESOURCES;
+  }
+  device->data = std::move(made).value().release();  // owned by device->data until uninit()
+  if (saved_parameters().size() <= j) saved_parameters().resize(j + 1);
+  saved_parameters()[j] = params;
+  return CL_SUCCESS;
+}
+
+bool is_memlayer(cl_device_id d) { return d->ops != nullptr && d->ops->alloc_mem_obj == pocl_memlayer_alloc_mem_obj; }
+
+}  // namespace
+
+extern "C" {
+
+void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
+  pocl_basic_init_device_ops(ops);
+  pocl_device_ops pthread_ops{};
+  pocl_pthread_init_device_ops(&pthread_ops);
+
+  ops->device_name = "memlayer";
+  ops->probe = pocl_memlayer_probe;
+  ops->init = pocl_memlayer_init;
+  ops->uninit = pocl_memlayer_uninit;
+  ops->reinit = pocl_memlayer_reinit;
+  ops->build_hash = pocl_memlayer_build_hash;
+
+  ops->alloc_mem_obj = pocl_memlayer_alloc_mem_obj;
+  ops->free = pocl_memlayer_free;
+  ops->can_migrate_d2d = pocl_memlayer_can_migrate_d2d;
+  ops->migrate_d2d = pocl_memlayer_migrate_d2d;
+
+  ops->submit = pocl_memlayer_submit;
+  ops->notify = pocl_memlayer_notify;
+  ops->run = pocl_memlayer_run;
+  ops->flush = pthread_ops.flush;
+  ops->join = pthread_ops.join;
+  ops->broadcast = pthread_ops.broadcast;
+  ops->wait_event = pthread_ops.wait_event;
+  ops->update_event = pthread_ops.update_event;
+  ops->free_event_data = pthread_ops.free_event_data;
+  ops->notify_event_finished = pthread_ops.notify_event_finished;
+  ops->notify_cmdq_finished = pthread_ops.notify_cmdq_finished;
+  ops->init_queue = pthread_ops.init_queue;
+  ops->free_queue = pthread_ops.free_queue;
+
+  // Device memory is not shared with the host: no SVM in this driver.
+  ops->svm_alloc = nullptr;
+  ops->svm_free = nullptr;
+  ops->svm_copy = nullptr;
+  ops->svm_fill = nullptr;
+}
+
+unsigned int pocl_memlayer_probe(struct pocl_device_ops* ops) {
+  // Only when asked for by POCL_DEVICES: a plain PoCL user keeps pthread.
+  const int n = pocl_device_get_env_count(ops->device_name);
+  return n < 0 ? 0u : static_cast<unsigned>(n);
+}
+
+char* pocl_memlayer_build_hash(cl_device_id device) {
+  const std::string hash = std::string("memlayer-") + HOST_DEVICE_BUILD_HASH + "-" + device->llvm_cpu;
+  return strdup(hash.c_str());  // PoCL frees it
+}
+
+cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameters) {
+  auto parsed = memlayer::pocl::parse_parameters(parameters);
+  if (!parsed.ok()) {
+    POCL_MSG_ERR("memlayer device %u: %s\n", j, parsed.error().c_str());
+    return CL_INVALID_VALUE;
+  }
+  DriverParameters params = parsed.value();
+
+  pocl_init_default_device_infos(device);
+  // global_mem_id stays the one devices.c assigned (the device index): the
+  // device has memory of its own, and PoCL migrates between it and others.
+  device->version_of_latest_passed_cts = HOST_DEVICE_LATEST_CTS_PASS;
+  device->extensions = HOST_DEVICE_EXTENSIONS;
+#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
+  device->features = HOST_DEVICE_FEATURES_30;
+  pocl_setup_opencl_c_with_version(device, CL_TRUE);
+  pocl_setup_features_with_version(device);
+#else
+  pocl_setup_opencl_c_with_version(device, CL_FALSE);
+#endif
+  pocl_setup_extensions_with_version(device);
+  pocl_setup_builtin_kernels_with_version(device);
+  pocl_setup_ils_with_version(device);
+  device->on_host_queue_props = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE;
+#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
+  device->atomic_memory_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
+                                       CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP |
+                                       CL_DEVICE_ATOMIC_SCOPE_DEVICE;
+  device->atomic_fence_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
+                                      CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_ITEM |
+                                      CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP | CL_DEVICE_ATOMIC_SCOPE_DEVICE;
+#endif
+  device->svm_caps = 0;
+  device->svm_allocation_priority = 0;
+
+  device->global_mem_size = 1;  // topology detection asks for a nonzero value
+  if (pocl_topology_detect_device_info(device) != 0) return CL_INVALID_DEVICE;
+  if (params.compute_units == 0) params.compute_units = device->max_compute_units > 0 ? device->max_compute_units : 1;
+  device->max_compute_units = params.compute_units;
+  pocl_cpuinfo_detect_device_info(device);
+  pocl_set_buffer_image_limits(device);  // image limits; then our own memory figures:
+
+  device->global_mem_size = params.global_mem;
+  // OpenCL's floor for CL_DEVICE_MAX_MEM_ALLOC_SIZE is max(global/4, 128 MiB),
+  // capped here by the memory itself.
+  const cl_ulong quarter = params.global_mem / 4;
+  const cl_ulong floor = std::min<cl_ulong>(params.global_mem, cl_ulong{128} << 20);
+  device->max_mem_alloc_size = std::max(quarter, floor);
+  device->local_mem_size = params.local_mem;
+  device->local_mem_type = CL_LOCAL;  // a space per compute unit, not global memory
+  device->mem_base_addr_align = static_cast<cl_uint>(params.alignment);
+  device->device_alloca_locals = 0;
+  if (device->vendor_id == 0) device->vendor_id = CL_KHRONOS_VENDOR_ID_POCL;
+
+  pocl_init_dlhandle_cache();
+  return start_device(j, device, params);
+}
+
+cl_int pocl_memlayer_uninit(unsigned, cl_device_id device) {
+  std::unique_ptr<MemlayerDevice> owned(static_cast<MemlayerDevice*>(device->data));
+  device->data = nullptr;
+  return CL_SUCCESS;
+}
+
+cl_int pocl_memlayer_reinit(unsigned j, cl_device_id device) {
+  if (j >= saved_parameters().size()) return CL_INVALID_DEVICE;
+  return start_device(j, device, saved_parameters()[j]);
+}
+
+cl_int pocl_memlayer_alloc_mem_obj(cl_device_id device, cl_mem mem, void*) {
+  pocl_mem_identifier* p = &mem->device_ptrs[device->global_mem_id];
+  if (p->mem_ptr != nullptr) return CL_SUCCESS;
+  // At clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) PoCL offers every device the
+  // host copy; that is not this device's memory, so decline and let PoCL's
+  // core allocate it. Device memory comes at the first command that uses it.
+  if ((mem->flags & CL_MEM_ALLOC_HOST_PTR) != 0 && mem->mem_host_ptr == nullptr) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  auto block = device_of(device).memory().allocate(mem->size, device->mem_base_addr_align);
+  if (!block.ok()) {
+    POCL_MSG_ERR("%s\n", block.error().c_str());
+    return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  }
+  p->mem_ptr = block.value();
+  p->version = 0;  // nothing valid here yet
+  p->extra_ptr = nullptr;
+  p->extra = 0;
+  return CL_SUCCESS;
+}
+
+void pocl_memlayer_free(cl_device_id device, cl_mem mem) {
+  pocl_mem_identifier* p = &mem->device_ptrs[device->global_mem_id];
+  if (p->mem_ptr == nullptr) return;
+  auto freed = device_of(device).memory().free(static_cast<const std::byte*>(p->mem_ptr));
+  if (!freed.ok()) POCL_MSG_ERR("%s\n", freed.error().c_str());
+  p->mem_ptr = nullptr;
+  p->version = 0;
+}
+
+int pocl_memlayer_can_migrate_d2d(cl_device_id dest, cl_device_id source) {
+  return is_memlayer(dest) && is_memlayer(source) && dest != source ? 1 : 0;
+}
+
+int pocl_memlayer_migrate_d2d(cl_device_id, cl_device_id, cl_mem mem, pocl_mem_identifier* src_mem_id,
+                              pocl_mem_identifier* dst_mem_id) {
+  // Arena to arena: both are host-addressable, one memcpy.
+  if (src_mem_id->mem_ptr == nullptr || dst_mem_id->mem_ptr == nullptr) return CL_INVALID_MEM_OBJECT;
+  std::memcpy(dst_mem_id->mem_ptr, src_mem_id->mem_ptr, mem->size);
+  return CL_SUCCESS;
+}
+
+void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
+  // Called with the event locked; must unlock it.
+  cl_event event = node->sync.event.event;
+  node->ready = 1;
+  if (pocl_command_is_ready(event)) {
+    pocl_update_event_submitted(event);
+    device_of(node->device).push(node);
+  }
+  POCL_UNLOCK_OBJ(event);
+}
+
+void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
+  // Called with `event` locked when one of its dependencies finished.
+  _cl_command_node* node = event->command;
+  if (finished->status < CL_COMPLETE) {
+    pocl_update_event_failed(event);
+    return;
+  }
+  if (node->ready == 0 || !pocl_command_is_ready(event) || event->status != CL_QUEUED) return;
+  pocl_update_event_submitted(event);
+  device_of(node->device).push(node);
+}
+
+void pocl_memlayer_run(void*, _cl_command_node* node) { device_of(node->device).run_inline(node); }
+
+}  // extern "C"

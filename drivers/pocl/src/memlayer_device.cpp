@@ -1,0 +1,255 @@
+#include "memlayer_device.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace memlayer::pocl {
+
+// One launch: the argument array every chunk starts from, with the device
+// pointers of buffer arguments resolved once, and the work-group counter.
+struct KernelRun {
+  _cl_command_node* node = nullptr;
+  pocl_kernel_metadata_t* meta = nullptr;
+  pocl_workgroup_func workgroup = nullptr;
+  unsigned flush_denorms = 0;
+  pocl_context context{};
+  std::size_t total_groups = 0;
+  std::size_t chunk = 1;
+
+  // arguments[i] points at argument i's value; local arguments and the
+  // kernel's automatic locals are filled in per chunk.
+  std::vector<void*> arguments;
+  std::vector<void*> pointers;           // buffer args: device pointer + offset
+  std::vector<dev_image_t> images;       // image args
+  std::vector<void*> image_pointers;     // image args: &images[i]
+  std::vector<dev_sampler_t> samplers;   // sampler args
+
+  std::size_t next_group = 0;            // guarded by the device's mutex
+  std::atomic<std::size_t> done_groups{0};
+  std::atomic<bool> failed{false};
+};
+
+namespace {
+constexpr std::size_t kLocalAlignment = MAX_EXTENDED_ALIGNMENT;
+}
+
+drivers::DevResult<std::unique_ptr<MemlayerDevice>> MemlayerDevice::create(cl_device_id device,
+                                                                           const DriverParameters& params) {
+  const std::string name = "memlayer" + std::to_string(device->dev_id);
+  const int node = params.numa_node >= 0 ? params.numa_node
+                                         : static_cast<int>(device->dev_id) % drivers::DeviceArena::numa_node_count();
+  auto memory = drivers::DeviceMemory::create(name, params.global_mem, node, params.alignment);
+  if (!memory.ok()) return memory.error();
+  auto d = std::make_unique<MemlayerDevice>(Key{}, device, params, std::move(memory).value());
+  for (unsigned i = 0; i < params.compute_units; ++i) {
+    auto cu = d->make_compute_unit();
+    if (!cu.ok()) return cu.error();
+    d->units_.push_back(std::move(cu).value());
+  }
+  for (unsigned i = 0; i < params.compute_units; ++i) d->workers_.emplace_back([dev = d.get(), i] { dev->worker(i); });
+  return d;
+}
+
+MemlayerDevice::MemlayerDevice(Key, cl_device_id device, const DriverParameters& params, drivers::DeviceMemory memory)
+    : device_(device), params_(params), memory_(std::move(memory)) {}
+
+MemlayerDevice::~MemlayerDevice() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+drivers::DevResult<std::unique_ptr<ComputeUnit>> MemlayerDevice::make_compute_unit() const {
+  auto block = drivers::DeviceArena::create(params_.local_mem, memory_.arena().numa_node());
+  if (!block.ok()) return memory_.name() + " local memory: " + block.error();
+  auto local = bufalloc::LinearRegion::create(reinterpret_cast<std::uintptr_t>(block.value().data()),
+                                              params_.local_mem);
+  if (!local.ok()) return memory_.name() + " local memory: " + local.error().message();
+  auto cu = std::make_unique<ComputeUnit>(
+      ComputeUnit{std::move(block).value(), std::move(local).value(), std::vector<std::byte>(device_->printf_buffer_size)});
+  return cu;
+}
+
+void MemlayerDevice::push(_cl_command_node* node) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(Job{node, nullptr});
+  }
+  wake_.notify_one();
+}
+
+void MemlayerDevice::worker(unsigned index) {
+  memory_.arena().bind_current_thread();
+  ComputeUnit& cu = *units_[index];
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Job& front = queue_.front();
+    if (front.kernel) {
+      std::shared_ptr<KernelRun> run = front.kernel;
+      const std::size_t first = run->next_group;
+      const std::size_t last = std::min(run->total_groups, first + run->chunk);
+      run->next_group = last;
+      if (last == run->total_groups) queue_.pop_front();
+      lock.unlock();
+      if (!run->failed.load(std::memory_order_relaxed) && !run_groups(*run, first, last, cu))
+        run->failed.store(true);
+      if (run->done_groups.fetch_add(last - first) + (last - first) == run->total_groups) finish_kernel(*run);
+      lock.lock();
+      continue;
+    }
+    _cl_command_node* node = front.node;
+    queue_.pop_front();
+    lock.unlock();
+    if (node->type == CL_COMMAND_NDRANGE_KERNEL) {
+      cl_event event = node->sync.event.event;
+      pocl_update_event_running(event);
+      if (auto run = prepare_kernel(node)) {
+        lock.lock();
+        // Ahead of other commands: its work-groups are what every worker
+        // should be taking now.
+        queue_.push_front(Job{nullptr, std::move(run)});
+        wake_.notify_all();
+        continue;
+      }
+      POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel (empty) ");
+    } else {
+      pocl_exec_command(node);
+    }
+    lock.lock();
+  }
+}
+
+std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node) const {
+  cl_kernel kernel = node->command.run.kernel;
+  const pocl_context& pc = node->command.run.pc;
+  const std::size_t groups = pc.num_groups[0] * pc.num_groups[1] * pc.num_groups[2];
+  if (groups == 0) return nullptr;
+  // Compiles the work-group function for this launch's sizes if needed.
+  char* saved_name = nullptr;
+  pocl_sanitize_builtin_kernel_name(kernel, &saved_name);
+  pocl_check_kernel_dlhandle_cache(node, 1, 1);
+  pocl_restore_builtin_kernel_name(kernel, saved_name);
+
+  auto run = std::make_shared<KernelRun>();
+  run->node = node;
+  run->meta = kernel->meta;
+  run->workgroup = reinterpret_cast<pocl_workgroup_func>(node->command.run.wg);
+  run->flush_denorms = kernel->program->flush_denorms;
+  run->context = pc;
+  run->context.printf_buffer_capacity = static_cast<cl_uint>(device_->printf_buffer_size);
+  run->total_groups = groups;
+  // Enough chunks for every worker to take a few (load balance), few
+  // enough that dealing them costs nothing next to running them.
+  const std::size_t workers = std::max<std::size_t>(1, workers_.size());
+  run->chunk = std::clamp<std::size_t>(groups / (workers * 4), 1, 256);
+
+  const pocl_kernel_metadata_t* meta = run->meta;
+  const unsigned n = meta->num_args;
+  run->arguments.assign(n + meta->num_locals, nullptr);
+  run->pointers.assign(n, nullptr);
+  run->images.resize(n);
+  run->image_pointers.assign(n, nullptr);
+  run->samplers.assign(n, 0);
+  for (unsigned i = 0; i < n; ++i) {
+    pocl_argument* al = &node->command.run.arguments[i];
+    const pocl_argument_info& info = meta->arg_info[i];
+    if (ARG_IS_LOCAL(info)) continue;  // per chunk
+    if (info.type == POCL_ARG_TYPE_POINTER) {
+      if (al->value != nullptr) {
+        char* base = al->is_svm ? *static_cast<char**>(al->value)
+                                : static_cast<char*>((*static_cast<cl_mem*>(al->value))
+                                                         ->device_ptrs[device_->global_mem_id].mem_ptr);
+        run->pointers[i] = base + al->offset;
+      }
+      run->arguments[i] = &run->pointers[i];
+    } else if (info.type == POCL_ARG_TYPE_IMAGE) {
+      pocl_fill_dev_image_t(&run->images[i], al, device_);
+      run->image_pointers[i] = &run->images[i];
+      run->arguments[i] = &run->image_pointers[i];
+    } else if (info.type == POCL_ARG_TYPE_SAMPLER) {
+      pocl_fill_dev_sampler_t(&run->samplers[i], al);
+      run->arguments[i] = &run->samplers[i];
+    } else {
+      run->arguments[i] = al->value;
+    }
+  }
+  return run;
+}
+
+bool MemlayerDevice::run_groups(KernelRun& run, std::size_t first, std::size_t last, ComputeUnit& cu) const {
+  const pocl_kernel_metadata_t* meta = run.meta;
+  const unsigned n = meta->num_args;
+  std::vector<void*> arguments = run.arguments;
+  std::vector<void*> local_pointers(n + meta->num_locals, nullptr);
+
+  // This chunk's local memory: the compute unit's space from its start.
+  cu.local.reset();
+  auto place = [&](std::size_t slot, std::uint64_t size) {
+    auto a = cu.local.allocate(std::max<std::uint64_t>(size, 1), kLocalAlignment);
+    if (!a.ok()) return false;
+    local_pointers[slot] = reinterpret_cast<void*>(static_cast<std::uintptr_t>(a.value()));
+    arguments[slot] = &local_pointers[slot];
+    return true;
+  };
+  for (unsigned i = 0; i < n; ++i)
+    if (ARG_IS_LOCAL(meta->arg_info[i]) && !place(i, run.node->command.run.arguments[i].size)) return false;
+  for (unsigned j = 0; j < meta->num_locals; ++j)
+    if (!place(n + j, meta->local_sizes[j])) return false;
+
+  pocl_context pc = run.context;
+  std::uint32_t position = 0;
+  pc.printf_buffer = reinterpret_cast<uchar*>(cu.printf_buffer.data());
+  pc.printf_buffer_position = &position;
+
+  const unsigned saved_ftz = pocl_save_ftz();
+  pocl_set_ftz(run.flush_denorms);
+  const std::size_t row = pc.num_groups[0];
+  const std::size_t slice = pc.num_groups[0] * pc.num_groups[1];
+  for (std::size_t g = first; g < last; ++g) {
+    pocl_set_default_rm();  // a kernel may change the rounding mode
+    run.workgroup(reinterpret_cast<uchar*>(arguments.data()), reinterpret_cast<uchar*>(&pc), g % row,
+                  (g % slice) / row, g / slice);
+  }
+  pocl_restore_ftz(saved_ftz);
+  if (position > 0) {
+    const ssize_t written = write(STDOUT_FILENO, pc.printf_buffer, position);
+    (void)written;  // printf output is best effort, as on every PoCL CPU device
+  }
+  return true;
+}
+
+void MemlayerDevice::finish_kernel(KernelRun& run) const {
+  _cl_command_node* node = run.node;
+  cl_event event = node->sync.event.event;
+  pocl_release_dlhandle_cache(node);
+  if (run.failed.load()) {
+    // The enqueue-time check (PoCL patch) refuses launches whose locals
+    // cannot fit; this is the backstop, failing the event, not the process.
+    POCL_MSG_ERR("memlayer: kernel %s: local memory does not fit the device's %lu bytes\n",
+                 node->command.run.kernel->name, static_cast<unsigned long>(params_.local_mem));
+    POCL_LOCK_OBJ(event);
+    pocl_update_event_failed(event);
+    POCL_UNLOCK_OBJ(event);
+  } else {
+    POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel        ");
+  }
+}
+
+void MemlayerDevice::run_inline(_cl_command_node* node) {
+  // pocl_exec_command() updates the event around this call.
+  auto run = prepare_kernel(node);
+  if (!run) return;
+  auto cu = make_compute_unit();
+  const bool ran = cu.ok() && run_groups(*run, 0, run->total_groups, *cu.value());
+  pocl_release_dlhandle_cache(node);
+  if (!ran) POCL_MSG_ERR("memlayer: kernel %s did not run: no local memory for it\n", node->command.run.kernel->name);
+}
+
+}  // namespace memlayer::pocl

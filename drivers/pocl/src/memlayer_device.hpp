@@ -1,0 +1,95 @@
+// One memlayer device inside PoCL: global memory from memlayer's DeviceMemory
+// (an arena and a bufalloc region), one worker thread per compute unit, each
+// with its own local memory managed by a bufalloc LinearRegion, and a queue
+// of ready commands.
+//
+// Scheduling follows PoCL's pthread model, not basic's: submit() and
+// notify() only queue a ready command and wake a worker; nothing runs on the
+// thread that made it ready, so an event completing inside a callback or a
+// multi-device wait list cannot re-enter the scheduler (basic's deadlock).
+// A kernel is split into chunks of work-groups that every worker takes from
+// until none is left; the worker that finishes the last chunk completes it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memlayer/bufalloc/linear_region.hpp"
+#include "memlayer/drivers/device_memory.hpp"
+#include "parameters.hpp"
+#include "pocl_headers.hpp"
+
+namespace memlayer::pocl {
+
+struct KernelRun;
+
+/// A compute unit's private resources: its local memory (a LinearRegion
+/// over a block it owns, reset for every chunk of work-groups) and its
+/// printf buffer.
+struct ComputeUnit {
+  drivers::DeviceArena local_block;
+  bufalloc::LinearRegion local;
+  std::vector<std::byte> printf_buffer;
+};
+
+class MemlayerDevice {
+ public:
+  /// Sets up the device's memory and compute units and starts its workers.
+  static drivers::DevResult<std::unique_ptr<MemlayerDevice>> create(cl_device_id device,
+                                                                    const DriverParameters& params);
+  ~MemlayerDevice();  // stops and joins the workers
+  MemlayerDevice(const MemlayerDevice&) = delete;
+  MemlayerDevice& operator=(const MemlayerDevice&) = delete;
+
+  /// Queues a command whose wait list is empty; any thread.
+  void push(_cl_command_node* node);
+
+  /// Runs a kernel's work-groups on the calling thread, with a compute unit
+  /// of its own (PoCL's ops->run; the workers never use it).
+  void run_inline(_cl_command_node* node);
+
+  drivers::DeviceMemory& memory() noexcept { return memory_; }
+  [[nodiscard]] const DriverParameters& parameters() const noexcept { return params_; }
+
+  class Key {
+    friend class MemlayerDevice;
+    Key() = default;
+  };
+  MemlayerDevice(Key, cl_device_id device, const DriverParameters& params, drivers::DeviceMemory memory);
+
+ private:
+  struct Job {
+    _cl_command_node* node = nullptr;   // a command to run whole
+    std::shared_ptr<KernelRun> kernel;  // or a kernel whose work-groups are being dealt
+  };
+
+  drivers::DevResult<std::unique_ptr<ComputeUnit>> make_compute_unit() const;
+  void worker(unsigned index);
+  /// Makes the kernel run for a command; null when it completed already
+  /// (no work-groups).
+  std::shared_ptr<KernelRun> prepare_kernel(_cl_command_node* node) const;
+  /// Runs work-groups [first, last) of `run` on compute unit `cu`. Returns
+  /// false if a chunk's local memory did not fit.
+  bool run_groups(KernelRun& run, std::size_t first, std::size_t last, ComputeUnit& cu) const;
+  void finish_kernel(KernelRun& run) const;
+
+  cl_device_id device_;
+  DriverParameters params_;
+  drivers::DeviceMemory memory_;
+  std::vector<std::unique_ptr<ComputeUnit>> units_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace memlayer::pocl

@@ -1,0 +1,38 @@
+// The memlayer PoCL device's parameters, from POCL_MEMLAYER<n>_PARAMETERS
+// (PoCL's per-device parameter mechanism): comma-separated key=value pairs,
+// sizes with an optional K, M or G suffix (powers of 1024), e.g.
+//   POCL_MEMLAYER0_PARAMETERS="global_mem=256M,local_mem=64K,compute_units=2"
+//
+//   global_mem     the device's global memory (its arena), default 1G
+//   local_mem      local memory per compute unit, default 64K, at least 32K
+//                  (the OpenCL 3.0 minimum)
+//   compute_units  worker threads = compute units, default: the host's cores
+//   numa_node      where the arena lives, default: the device index modulo
+//                  the node count
+//   alignment      CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes (128 to 4096; 128 is
+//                  the largest OpenCL C type), default 128
+//
+// Pure C++, no PoCL: the parser is unit-tested in memlayer's own tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "memlayer/drivers/device_memory.hpp"
+
+namespace memlayer::pocl {
+
+struct DriverParameters {
+  std::uint64_t global_mem = std::uint64_t{1} << 30;
+  std::uint64_t local_mem = std::uint64_t{64} << 10;
+  unsigned compute_units = 0;  ///< 0: the host's cores
+  int numa_node = -1;          ///< -1: the device index modulo the nodes
+  std::uint64_t alignment = 128;
+};
+
+/// Parses `text` (null or empty: all defaults). An unknown key, a malformed
+/// or out-of-range value is an error naming it; nothing is half-applied.
+drivers::DevResult<DriverParameters> parse_parameters(const char* text);
+
+}  // namespace memlayer::pocl

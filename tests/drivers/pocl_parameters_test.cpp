@@ -1,0 +1,61 @@
+// The PoCL memlayer driver's parameter parser (POCL_MEMLAYER<n>_PARAMETERS).
+// Compiled here from drivers/pocl/src: it needs no PoCL.
+#include "parameters.hpp"
+
+#include <gtest/gtest.h>
+
+using memlayer::pocl::parse_parameters;
+
+TEST(PoclParameters, DefaultsWhenUnset) {
+  for (const char* text : {static_cast<const char*>(nullptr), "", ",,"}) {
+    auto p = parse_parameters(text);
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_EQ(p.value().global_mem, 1u << 30);
+    EXPECT_EQ(p.value().local_mem, 64u << 10);
+    EXPECT_EQ(p.value().compute_units, 0u);
+    EXPECT_EQ(p.value().numa_node, -1);
+    EXPECT_EQ(p.value().alignment, 128u);
+  }
+}
+
+TEST(PoclParameters, ParsesEveryKeyAndSuffix) {
+  auto p = parse_parameters("global_mem=256M,local_mem=48K,compute_units=3,numa_node=1,alignment=256");
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p.value().global_mem, 256u << 20);
+  EXPECT_EQ(p.value().local_mem, 48u << 10);
+  EXPECT_EQ(p.value().compute_units, 3u);
+  EXPECT_EQ(p.value().numa_node, 1);
+  EXPECT_EQ(p.value().alignment, 256u);
+  auto g = parse_parameters("global_mem=2g");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g.value().global_mem, std::uint64_t{2} << 30);
+  auto plain = parse_parameters("global_mem=16777216");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain.value().global_mem, 16u << 20);
+}
+
+TEST(PoclParameters, BadInputNamesTheProblem) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"size=1G", "unknown key 'size'"},
+      {"global_mem", "'global_mem' has no value"},
+      {"global_mem=12Q", "bad value '12Q' for global_mem"},
+      {"global_mem=", "bad value '' for global_mem"},
+      {"global_mem=100K", "at least 1M"},
+      {"global_mem=99999999999999999999", "bad value"},
+      {"global_mem=17179869184G", "bad value"},  // overflows 64 bits
+      {"local_mem=16K", "from 32K to 1G"},
+      {"compute_units=0", "from 1 to 1024"},
+      {"compute_units=-2", "bad value '-2'"},
+      {"alignment=100", "power of two from 128"},
+      {"alignment=64", "power of two from 128"},
+      {"global_mem=1M,local_mem=2M", "local_mem is larger than global_mem"},
+  };
+  for (const Case& c : cases) {
+    auto p = parse_parameters(c.text);
+    ASSERT_FALSE(p.ok()) << c.text;
+    EXPECT_NE(p.error().find(c.expect), std::string::npos) << c.text << " -> " << p.error();
+  }
+}

@@ -1,0 +1,97 @@
+// Small helpers for memlayer's OpenCL test programs: a checked call that
+// names the failing function and its error code, and RAII for CL handles.
+#pragma once
+
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace memlayer::cltest {
+
+/// Aborts the program with the call and the code: a test program has no
+/// way to go on after an unexpected OpenCL error.
+inline void check(cl_int err, const char* what) {
+  if (err != CL_SUCCESS) {
+    std::fprintf(stderr, "OpenCL error %d in %s\n", err, what);
+    std::exit(2);
+  }
+}
+#define CL_CHECK(call) ::memlayer::cltest::check((call), #call)
+
+/// Owns one reference to a CL object.
+template <class T, cl_int (*Release)(T)>
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(T h) : h_(h) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& o) noexcept : h_(o.h_) { o.h_ = nullptr; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = o.h_;
+      o.h_ = nullptr;
+    }
+    return *this;
+  }
+  ~Handle() { reset(); }
+  void reset() {
+    if (h_ != nullptr) Release(h_);
+    h_ = nullptr;
+  }
+  [[nodiscard]] T get() const { return h_; }
+  T* out() {
+    reset();
+    return &h_;
+  }
+
+ private:
+  T h_ = nullptr;
+};
+
+using Context = Handle<cl_context, clReleaseContext>;
+using Queue = Handle<cl_command_queue, clReleaseCommandQueue>;
+using Mem = Handle<cl_mem, clReleaseMemObject>;
+using Program = Handle<cl_program, clReleaseProgram>;
+using Kernel = Handle<cl_kernel, clReleaseKernel>;
+using Event = Handle<cl_event, clReleaseEvent>;
+
+/// Every device of the first platform that has any.
+inline std::vector<cl_device_id> all_devices(cl_platform_id* platform_out = nullptr) {
+  cl_uint np = 0;
+  CL_CHECK(clGetPlatformIDs(0, nullptr, &np));
+  std::vector<cl_platform_id> platforms(np);
+  CL_CHECK(clGetPlatformIDs(np, platforms.data(), nullptr));
+  for (cl_platform_id p : platforms) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS || nd == 0) continue;
+    std::vector<cl_device_id> d(nd);
+    CL_CHECK(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, d.data(), nullptr));
+    if (platform_out != nullptr) *platform_out = p;
+    return d;
+  }
+  return {};
+}
+
+inline Program build_program(cl_context ctx, const std::vector<cl_device_id>& devices, const char* source) {
+  cl_int err = CL_SUCCESS;
+  Program program(clCreateProgramWithSource(ctx, 1, &source, nullptr, &err));
+  check(err, "clCreateProgramWithSource");
+  err = clBuildProgram(program.get(), static_cast<cl_uint>(devices.size()), devices.data(), "", nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    std::size_t n = 0;
+    clGetProgramBuildInfo(program.get(), devices[0], CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+    std::string log(n, '\0');
+    clGetProgramBuildInfo(program.get(), devices[0], CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+    std::fprintf(stderr, "build log:\n%s\n", log.c_str());
+    check(err, "clBuildProgram");
+  }
+  return program;
+}
+
+}  // namespace memlayer::cltest

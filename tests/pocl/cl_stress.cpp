@@ -1,0 +1,465 @@
+// memlayer-cl-stress: a seeded multi-device OpenCL stress program. It runs
+// through the ICD loader on whatever devices the platform offers (for
+// memlayer: POCL_DEVICES="memlayer memlayer ..."), on buffers and disjoint
+// sub-buffers, with kernels (one of them using local memory), copies, fills,
+// plain and rect reads and writes (blocking and not), maps, on several queues
+// per device, and checks every read against a host model.
+//
+// Ordering is explicit, as OpenCL requires for commands on different queues:
+// each command waits on the last event of every buffer it touches (event
+// wait lists across queues and devices), so the model is the commands in
+// enqueue order. Reads are checked when they complete.
+//
+//   memlayer-cl-stress [--ops N] [--seed S] [--buffers B] [--elements E]
+//                      [--queues-per-device Q]
+// Exit status: 0 when every check passed, 1 on a mismatch, 2 on an error.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cl_check.hpp"
+
+namespace {
+
+using namespace memlayer::cltest;
+
+const char* kSource = R"CLC(
+kernel void affine(global uint* dst, global const uint* src, uint mul, uint add) {
+  size_t i = get_global_id(0);
+  dst[i] = src[i] * mul + add;
+}
+// Reverses each work-group's slice of src through local memory.
+kernel void reverse_groups(global uint* dst, global const uint* src, local uint* scratch, uint x) {
+  size_t l = get_local_id(0), n = get_local_size(0), g = get_group_id(0);
+  scratch[l] = src[g * n + l];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  dst[g * n + l] = scratch[n - 1 - l] ^ x;
+}
+)CLC";
+
+struct Options {
+  std::uint64_t ops = 2000;
+  std::uint64_t seed = 1;
+  unsigned buffers = 4;
+  std::size_t elements = 1 << 15;  // uint32 per buffer; a multiple of 4 * 64
+  unsigned queues_per_device = 2;
+};
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", a.c_str());
+      return false;
+    }
+    const unsigned long long v = std::strtoull(argv[++i], nullptr, 10);
+    if (a == "--ops") o.ops = v;
+    else if (a == "--seed") o.seed = v;
+    else if (a == "--buffers" && v > 0) o.buffers = static_cast<unsigned>(v);
+    else if (a == "--elements" && v >= 256 && v % 256 == 0) o.elements = v;
+    else if (a == "--queues-per-device" && v > 0) o.queues_per_device = static_cast<unsigned>(v);
+    else {
+      std::fprintf(stderr, "bad option %s %s (see the header of cl_stress.cpp)\n", a.c_str(), argv[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// A range of a parent buffer as a cl_mem: the parent itself or one of its
+// four disjoint quarter sub-buffers.
+struct View {
+  unsigned parent = 0;
+  std::size_t first = 0;  // in elements, within the parent
+  std::size_t count = 0;
+  cl_mem mem = nullptr;
+};
+
+// A read whose expected bytes were fixed at enqueue time.
+struct PendingRead {
+  Event done;
+  std::vector<std::uint32_t> got;
+  std::vector<std::uint32_t> expected;
+  std::string what;
+};
+
+class Stress {
+ public:
+  explicit Stress(const Options& o) : o_(o), rng_(o.seed) {}
+
+  int run() {
+    devices_ = all_devices();
+    if (devices_.empty()) {
+      std::fprintf(stderr, "no OpenCL devices\n");
+      return 2;
+    }
+    cl_int err = CL_SUCCESS;
+    ctx_ = Context(clCreateContext(nullptr, static_cast<cl_uint>(devices_.size()), devices_.data(), nullptr, nullptr,
+                                   &err));
+    check(err, "clCreateContext");
+    for (cl_device_id d : devices_)
+      for (unsigned q = 0; q < o_.queues_per_device; ++q) {
+        queues_.emplace_back(clCreateCommandQueueWithProperties(ctx_.get(), d, nullptr, &err));
+        check(err, "clCreateCommandQueueWithProperties");
+      }
+    program_ = build_program(ctx_.get(), devices_, kSource);
+    affine_ = Kernel(clCreateKernel(program_.get(), "affine", &err));
+    check(err, "clCreateKernel(affine)");
+    reverse_ = Kernel(clCreateKernel(program_.get(), "reverse_groups", &err));
+    check(err, "clCreateKernel(reverse_groups)");
+    make_buffers();
+
+    for (std::uint64_t i = 0; i < o_.ops; ++i) {
+      step(i);
+      if (reads_.size() > 64) retire(reads_.size() - 32);
+    }
+    for (auto& q : queues_) CL_CHECK(clFinish(q.get()));
+    retire(reads_.size());
+    final_check();
+
+    std::printf("memlayer-cl-stress: %zu devices, %zu queues, %u buffers x %zu KiB, %" PRIu64
+                " ops (seed %" PRIu64 "): %" PRIu64 " reads checked, %" PRIu64 " mismatches\n",
+                devices_.size(), queues_.size(), o_.buffers, o_.elements * 4 / 1024, o_.ops, o_.seed, checked_,
+                mismatches_);
+    std::printf("  ops: kernel %" PRIu64 ", local-memory kernel %" PRIu64 ", write %" PRIu64 ", read %" PRIu64
+                ", rect %" PRIu64 ", copy %" PRIu64 ", fill %" PRIu64 ", map %" PRIu64 "\n",
+                count_[0], count_[1], count_[2], count_[3], count_[4], count_[5], count_[6], count_[7]);
+    return mismatches_ == 0 ? 0 : 1;
+  }
+
+ private:
+  void make_buffers() {
+    cl_int err = CL_SUCCESS;
+    const std::size_t bytes = o_.elements * 4;
+    for (unsigned b = 0; b < o_.buffers; ++b) {
+      std::vector<std::uint32_t> init(o_.elements);
+      for (auto& v : init) v = static_cast<std::uint32_t>(rng_());
+      // Every other buffer starts from host memory the runtime copies.
+      const bool copy = b % 2 == 0;
+      parents_.emplace_back(clCreateBuffer(ctx_.get(), CL_MEM_READ_WRITE | (copy ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                                           copy ? init.data() : nullptr, &err));
+      check(err, "clCreateBuffer");
+      if (!copy)
+        CL_CHECK(clEnqueueWriteBuffer(queues_[0].get(), parents_.back().get(), CL_TRUE, 0, bytes, init.data(), 0,
+                                      nullptr, nullptr));
+      model_.push_back(std::move(init));
+      last_.emplace_back();
+      views_.push_back(View{b, 0, o_.elements, parents_.back().get()});
+      for (unsigned s = 0; s < 4; ++s) {
+        cl_buffer_region r{s * bytes / 4, bytes / 4};
+        subs_.emplace_back(clCreateSubBuffer(parents_.back().get(), CL_MEM_READ_WRITE,
+                                             CL_BUFFER_CREATE_TYPE_REGION, &r, &err));
+        check(err, "clCreateSubBuffer");
+        views_.push_back(View{b, s * o_.elements / 4, o_.elements / 4, subs_.back().get()});
+      }
+    }
+  }
+
+  std::size_t pick(std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng_); }
+  const View& any_view() { return views_[pick(views_.size())]; }
+  cl_command_queue any_queue() { return queues_[pick(queues_.size())].get(); }
+
+  // The wait list for a command on these parents: their last events.
+  std::vector<cl_event> deps(std::initializer_list<unsigned> parents) {
+    std::vector<cl_event> w;
+    for (unsigned p : parents)
+      if (last_[p].get() != nullptr && std::find(w.begin(), w.end(), last_[p].get()) == w.end())
+        w.push_back(last_[p].get());
+    return w;
+  }
+  void became_last(std::initializer_list<unsigned> parents, cl_event e) {
+    for (unsigned p : parents) {
+      clRetainEvent(e);
+      last_[p] = Event(e);
+    }
+  }
+  static const cl_event* list(const std::vector<cl_event>& w) { return w.empty() ? nullptr : w.data(); }
+
+  // A sub-range [first, first+count) of view v, in elements, aligned to `unit`.
+  std::pair<std::size_t, std::size_t> range(const View& v, std::size_t unit = 1) {
+    const std::size_t units = v.count / unit;
+    const std::size_t a = pick(units), b = pick(units);
+    return {std::min(a, b) * unit, (std::max(a, b) - std::min(a, b) + 1) * unit};
+  }
+
+  void step(std::uint64_t i) {
+    switch (pick(8)) {
+      case 0: kernel_affine(); break;
+      case 1: kernel_reverse(); break;
+      case 2: write(); break;
+      case 3: read(i); break;
+      case 4: rect(i); break;
+      case 5: copy(); break;
+      case 6: fill(); break;
+      default: map(); break;
+    }
+  }
+
+  void kernel_affine() {
+    ++count_[0];
+    const View& dst = any_view();
+    // Source: a view of another parent of at least dst's size, or dst itself.
+    const View* src = &dst;
+    for (int tries = 0; tries < 4; ++tries) {
+      const View& c = any_view();
+      if (c.parent != dst.parent && c.count >= dst.count) {
+        src = &c;
+        break;
+      }
+    }
+    const std::uint32_t mul = static_cast<std::uint32_t>(rng_()) | 1u, add = static_cast<std::uint32_t>(rng_());
+    CL_CHECK(clSetKernelArg(affine_.get(), 0, sizeof(cl_mem), &dst.mem));
+    CL_CHECK(clSetKernelArg(affine_.get(), 1, sizeof(cl_mem), &src->mem));
+    CL_CHECK(clSetKernelArg(affine_.get(), 2, sizeof mul, &mul));
+    CL_CHECK(clSetKernelArg(affine_.get(), 3, sizeof add, &add));
+    auto w = deps({dst.parent, src->parent});
+    cl_event e = nullptr;
+    const std::size_t global = dst.count;
+    CL_CHECK(clEnqueueNDRangeKernel(any_queue(), affine_.get(), 1, nullptr, &global, nullptr,
+                                    static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({dst.parent, src->parent}, e);
+    clReleaseEvent(e);
+    std::vector<std::uint32_t> s(model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first),
+                                 model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first + dst.count));
+    for (std::size_t k = 0; k < dst.count; ++k) model_[dst.parent][dst.first + k] = s[k] * mul + add;
+  }
+
+  void kernel_reverse() {
+    ++count_[1];
+    const View& dst = any_view();
+    const View* src = nullptr;
+    for (int tries = 0; tries < 16 && src == nullptr; ++tries) {
+      const View& c = any_view();
+      if (c.parent != dst.parent && c.count >= dst.count) src = &c;
+    }
+    if (src == nullptr) return;
+    const std::size_t group = std::size_t{64} << pick(3);  // 64, 128, 256
+    const std::uint32_t x = static_cast<std::uint32_t>(rng_());
+    CL_CHECK(clSetKernelArg(reverse_.get(), 0, sizeof(cl_mem), &dst.mem));
+    CL_CHECK(clSetKernelArg(reverse_.get(), 1, sizeof(cl_mem), &src->mem));
+    CL_CHECK(clSetKernelArg(reverse_.get(), 2, group * 4, nullptr));
+    CL_CHECK(clSetKernelArg(reverse_.get(), 3, sizeof x, &x));
+    auto w = deps({dst.parent, src->parent});
+    cl_event e = nullptr;
+    const std::size_t global = dst.count;
+    CL_CHECK(clEnqueueNDRangeKernel(any_queue(), reverse_.get(), 1, nullptr, &global, &group,
+                                    static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({dst.parent, src->parent}, e);
+    clReleaseEvent(e);
+    const auto& s = model_[src->parent];
+    auto& d = model_[dst.parent];
+    for (std::size_t g = 0; g < dst.count / group; ++g)
+      for (std::size_t l = 0; l < group; ++l)
+        d[dst.first + g * group + l] = s[src->first + g * group + (group - 1 - l)] ^ x;
+  }
+
+  void write() {
+    ++count_[2];
+    const View& v = any_view();
+    auto [first, count] = range(v);
+    auto data = std::make_shared<std::vector<std::uint32_t>>(count);
+    for (auto& x : *data) x = static_cast<std::uint32_t>(rng_());
+    const bool blocking = pick(2) == 0;
+    auto w = deps({v.parent});
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueWriteBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
+                                  data->data(), static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({v.parent}, e);
+    if (!blocking) keep_alive_.push_back({Event(e), data});
+    else clReleaseEvent(e);
+    std::copy(data->begin(), data->end(), model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first));
+  }
+
+  void read(std::uint64_t i) {
+    ++count_[3];
+    const View& v = any_view();
+    auto [first, count] = range(v);
+    PendingRead r;
+    r.got.resize(count);
+    r.expected.assign(model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first),
+                      model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first + count));
+    r.what = "op " + std::to_string(i) + ": read of buffer " + std::to_string(v.parent) + " elements [" +
+             std::to_string(v.first + first) + ", +" + std::to_string(count) + ")";
+    const bool blocking = pick(2) == 0;
+    auto w = deps({v.parent});
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueReadBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
+                                 r.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({v.parent}, e);
+    r.done = Event(e);
+    reads_.push_back(std::move(r));
+  }
+
+  // A 2D rectangle: rows of the view seen as a matrix of `row` elements;
+  // written or read with host pitch != buffer pitch.
+  void rect(std::uint64_t i) {
+    ++count_[4];
+    const View& v = any_view();
+    const std::size_t row = 64;  // elements per buffer row
+    const std::size_t rows = v.count / row;
+    const std::size_t r0 = pick(rows), nrows = 1 + pick(std::min<std::size_t>(rows - r0, 16));
+    const std::size_t c0 = pick(row), ncols = 1 + pick(row - c0);
+    const std::size_t host_row = ncols + 3;  // elements; padded host rows
+    const std::size_t buffer_origin[3] = {c0 * 4, r0, 0};
+    const std::size_t host_origin[3] = {4, 0, 0};  // one element in
+    const std::size_t region[3] = {ncols * 4, nrows, 1};
+    auto w = deps({v.parent});
+    cl_event e = nullptr;
+    auto& m = model_[v.parent];
+    if (pick(2) == 0) {
+      auto data = std::make_shared<std::vector<std::uint32_t>>(host_row * nrows);
+      for (auto& x : *data) x = static_cast<std::uint32_t>(rng_());
+      CL_CHECK(clEnqueueWriteBufferRect(any_queue(), v.mem, CL_FALSE, buffer_origin, host_origin, region, row * 4, 0,
+                                        host_row * 4, 0, data->data(), static_cast<cl_uint>(w.size()), list(w), &e));
+      became_last({v.parent}, e);
+      keep_alive_.push_back({Event(e), data});
+      for (std::size_t r = 0; r < nrows; ++r)
+        for (std::size_t c = 0; c < ncols; ++c) m[v.first + (r0 + r) * row + c0 + c] = (*data)[r * host_row + 1 + c];
+    } else {
+      PendingRead rd;
+      rd.got.assign(host_row * nrows, 0xdeadbeef);
+      rd.expected = rd.got;
+      for (std::size_t r = 0; r < nrows; ++r)
+        for (std::size_t c = 0; c < ncols; ++c) rd.expected[r * host_row + 1 + c] = m[v.first + (r0 + r) * row + c0 + c];
+      rd.what = "op " + std::to_string(i) + ": rect read of buffer " + std::to_string(v.parent);
+      CL_CHECK(clEnqueueReadBufferRect(any_queue(), v.mem, CL_FALSE, buffer_origin, host_origin, region, row * 4, 0,
+                                       host_row * 4, 0, rd.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
+      became_last({v.parent}, e);
+      rd.done = Event(e);
+      reads_.push_back(std::move(rd));
+    }
+  }
+
+  void copy() {
+    ++count_[5];
+    const View& dst = any_view();
+    const View& src = any_view();
+    if (dst.parent == src.parent) return;  // overlapping copies are invalid OpenCL
+    const std::size_t n = 1 + pick(std::min(dst.count, src.count));
+    const std::size_t so = pick(src.count - n + 1), d_o = pick(dst.count - n + 1);
+    auto w = deps({dst.parent, src.parent});
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueCopyBuffer(any_queue(), src.mem, dst.mem, so * 4, d_o * 4, n * 4,
+                                 static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({dst.parent, src.parent}, e);
+    clReleaseEvent(e);
+    std::copy_n(model_[src.parent].begin() + static_cast<std::ptrdiff_t>(src.first + so), n,
+                model_[dst.parent].begin() + static_cast<std::ptrdiff_t>(dst.first + d_o));
+  }
+
+  void fill() {
+    ++count_[6];
+    const View& v = any_view();
+    auto [first, count] = range(v, 2);
+    const std::array<std::uint32_t, 2> pattern{static_cast<std::uint32_t>(rng_()), static_cast<std::uint32_t>(rng_())};
+    auto w = deps({v.parent});
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueFillBuffer(any_queue(), v.mem, pattern.data(), sizeof pattern, first * 4, count * 4,
+                                 static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({v.parent}, e);
+    clReleaseEvent(e);
+    for (std::size_t k = 0; k < count; ++k) model_[v.parent][v.first + first + k] = pattern[k % 2];
+  }
+
+  void map() {
+    ++count_[7];
+    const View& v = any_view();
+    auto [first, count] = range(v);
+    const int kind = static_cast<int>(pick(3));  // read, write, write-invalidate
+    const cl_map_flags flags = kind == 0 ? CL_MAP_READ : kind == 1 ? CL_MAP_WRITE : CL_MAP_WRITE_INVALIDATE_REGION;
+    auto w = deps({v.parent});
+    cl_int err = CL_SUCCESS;
+    cl_command_queue q = any_queue();
+    auto* p = static_cast<std::uint32_t*>(clEnqueueMapBuffer(q, v.mem, CL_TRUE, flags, first * 4, count * 4,
+                                                             static_cast<cl_uint>(w.size()), list(w), nullptr, &err));
+    check(err, "clEnqueueMapBuffer");
+    auto& m = model_[v.parent];
+    if (kind == 0) {
+      ++checked_;
+      if (!std::equal(p, p + count, m.begin() + static_cast<std::ptrdiff_t>(v.first + first))) {
+        ++mismatches_;
+        std::fprintf(stderr, "mismatch: read map of buffer %u [%zu, +%zu)\n", v.parent, v.first + first, count);
+      }
+    } else {
+      for (std::size_t k = 0; k < count; ++k) {
+        p[k] = static_cast<std::uint32_t>(rng_());
+        m[v.first + first + k] = p[k];
+      }
+    }
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueUnmapMemObject(q, v.mem, p, 0, nullptr, &e));
+    became_last({v.parent}, e);
+    clReleaseEvent(e);
+  }
+
+  void retire(std::size_t n) {
+    for (std::size_t k = 0; k < n && !reads_.empty(); ++k) {
+      PendingRead& r = reads_.front();
+      cl_event e = r.done.get();
+      CL_CHECK(clWaitForEvents(1, &e));
+      ++checked_;
+      if (r.got != r.expected) {
+        ++mismatches_;
+        std::size_t at = 0;
+        while (r.got[at] == r.expected[at]) ++at;
+        std::fprintf(stderr, "mismatch: %s: element %zu is %08x, expected %08x\n", r.what.c_str(), at, r.got[at],
+                     r.expected[at]);
+      }
+      reads_.pop_front();
+    }
+    while (!keep_alive_.empty()) {  // host data of finished non-blocking writes
+      cl_int status = 0;
+      CL_CHECK(clGetEventInfo(keep_alive_.front().first.get(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                              &status, nullptr));
+      if (status != CL_COMPLETE) break;
+      keep_alive_.pop_front();
+    }
+  }
+
+  // Each whole buffer, read on a device chosen at random, against the model.
+  void final_check() {
+    for (unsigned b = 0; b < o_.buffers; ++b) {
+      std::vector<std::uint32_t> got(o_.elements);
+      CL_CHECK(clEnqueueReadBuffer(any_queue(), parents_[b].get(), CL_TRUE, 0, o_.elements * 4, got.data(), 0,
+                                   nullptr, nullptr));
+      ++checked_;
+      if (got != model_[b]) {
+        ++mismatches_;
+        std::fprintf(stderr, "mismatch: final content of buffer %u\n", b);
+      }
+    }
+  }
+
+  Options o_;
+  std::mt19937_64 rng_;
+  std::vector<cl_device_id> devices_;
+  Context ctx_;
+  std::vector<Queue> queues_;
+  Program program_;
+  Kernel affine_, reverse_;
+  std::vector<Mem> parents_;
+  std::vector<Mem> subs_;
+  std::vector<View> views_;
+  std::vector<std::vector<std::uint32_t>> model_;
+  std::vector<Event> last_;
+  std::deque<PendingRead> reads_;
+  std::deque<std::pair<Event, std::shared_ptr<std::vector<std::uint32_t>>>> keep_alive_;
+  std::uint64_t checked_ = 0, mismatches_ = 0;
+  std::array<std::uint64_t, 8> count_{};
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+  return Stress(o).run();
+}
