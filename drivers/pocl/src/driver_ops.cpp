@@ -66,6 +66,8 @@ void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
 
   ops->alloc_mem_obj = pocl_memlayer_alloc_mem_obj;
   ops->free = pocl_memlayer_free;
+  ops->get_mapping_ptr = pocl_memlayer_get_mapping_ptr;
+  ops->free_mapping_ptr = pocl_memlayer_free_mapping_ptr;
   ops->can_migrate_d2d = pocl_memlayer_can_migrate_d2d;
   ops->migrate_d2d = pocl_memlayer_migrate_d2d;
 
@@ -196,6 +198,26 @@ void pocl_memlayer_free(cl_device_id device, cl_mem mem) {
   if (!freed.ok()) POCL_MSG_ERR("%s\n", freed.error().c_str());
   p->mem_ptr = nullptr;
   p->version = 0;
+}
+
+// A mapping's host memory. With CL_MEM_USE_HOST_PTR OpenCL requires the
+// user's pointer; otherwise the mapping gets memory of its own. (PoCL's
+// default points into mem_host_ptr, which on a device with memory of its
+// own PoCL may free and reallocate while the mapping lives: the unmap then
+// freed a pointer it never allocated.)
+cl_int pocl_memlayer_get_mapping_ptr(void*, pocl_mem_identifier*, cl_mem mem, mem_mapping_t* map) {
+  if ((mem->flags & CL_MEM_USE_HOST_PTR) != 0) {
+    map->host_ptr = static_cast<char*>(mem->mem_host_ptr) + map->offset;
+    return CL_SUCCESS;
+  }
+  map->host_ptr = pocl_aligned_malloc(MAX_EXTENDED_ALIGNMENT, map->size > 0 ? map->size : 1);
+  return map->host_ptr != nullptr ? CL_SUCCESS : CL_MAP_FAILURE;
+}
+
+cl_int pocl_memlayer_free_mapping_ptr(void*, pocl_mem_identifier*, cl_mem mem, mem_mapping_t* map) {
+  if (map->host_ptr != nullptr && (mem->flags & CL_MEM_USE_HOST_PTR) == 0) pocl_aligned_free(map->host_ptr);
+  map->host_ptr = nullptr;
+  return CL_SUCCESS;
 }
 
 int pocl_memlayer_can_migrate_d2d(cl_device_id dest, cl_device_id source) {
