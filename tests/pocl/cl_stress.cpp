@@ -1,9 +1,10 @@
 // memlayer-cl-stress: a seeded multi-device OpenCL stress program. It runs
 // through the ICD loader on whatever devices the platform offers (for
 // memlayer: POCL_DEVICES="memlayer memlayer ..."), on buffers and disjoint
-// sub-buffers, with kernels (one of them using local memory), copies, fills,
-// plain and rect reads and writes (blocking and not), maps, on several queues
-// per device, and checks every read against a host model.
+// sub-buffers (some over CL_MEM_USE_HOST_PTR memory), with kernels (one of
+// them using local memory), copies, fills, plain and rect reads and writes
+// (blocking and not), maps, explicit migrations, on several queues per
+// device, and checks every read against a host model.
 //
 // Ordering is explicit, as OpenCL requires for commands on different queues:
 // each command waits on the last event of every buffer it touches (event
@@ -130,8 +131,8 @@ class Stress {
                 devices_.size(), queues_.size(), o_.buffers, o_.elements * 4 / 1024, o_.ops, o_.seed, checked_,
                 mismatches_);
     std::printf("  ops: kernel %" PRIu64 ", local-memory kernel %" PRIu64 ", write %" PRIu64 ", read %" PRIu64
-                ", rect %" PRIu64 ", copy %" PRIu64 ", fill %" PRIu64 ", map %" PRIu64 "\n",
-                count_[0], count_[1], count_[2], count_[3], count_[4], count_[5], count_[6], count_[7]);
+                ", rect %" PRIu64 ", copy %" PRIu64 ", fill %" PRIu64 ", map %" PRIu64 ", migrate %" PRIu64 "\n",
+                count_[0], count_[1], count_[2], count_[3], count_[4], count_[5], count_[6], count_[7], count_[8]);
     return mismatches_ == 0 ? 0 : 1;
   }
 
@@ -142,12 +143,23 @@ class Stress {
     for (unsigned b = 0; b < o_.buffers; ++b) {
       std::vector<std::uint32_t> init(o_.elements);
       for (auto& v : init) v = static_cast<std::uint32_t>(rng_());
-      // Every other buffer starts from host memory the runtime copies.
-      const bool copy = b % 2 == 0;
-      parents_.emplace_back(clCreateBuffer(ctx_.get(), CL_MEM_READ_WRITE | (copy ? CL_MEM_COPY_HOST_PTR : 0), bytes,
-                                           copy ? init.data() : nullptr, &err));
+      // Buffers start three ways: copied from host memory, using host memory
+      // (CL_MEM_USE_HOST_PTR: the host array stays the buffer's backing),
+      // or empty and then written.
+      const int kind = static_cast<int>(b % 3);
+      void* host = nullptr;
+      cl_mem_flags flags = CL_MEM_READ_WRITE;
+      if (kind == 0) {
+        flags |= CL_MEM_COPY_HOST_PTR;
+        host = init.data();
+      } else if (kind == 1) {
+        flags |= CL_MEM_USE_HOST_PTR;
+        host_backing_.push_back(std::make_unique<std::vector<std::uint32_t>>(init));
+        host = host_backing_.back()->data();
+      }
+      parents_.emplace_back(clCreateBuffer(ctx_.get(), flags, bytes, host, &err));
       check(err, "clCreateBuffer");
-      if (!copy)
+      if (kind == 2)
         CL_CHECK(clEnqueueWriteBuffer(queues_[0].get(), parents_.back().get(), CL_TRUE, 0, bytes, init.data(), 0,
                                       nullptr, nullptr));
       model_.push_back(std::move(init));
@@ -191,7 +203,7 @@ class Stress {
   }
 
   void step(std::uint64_t i) {
-    switch (pick(8)) {
+    switch (pick(9)) {
       case 0: kernel_affine(); break;
       case 1: kernel_reverse(); break;
       case 2: write(); break;
@@ -199,7 +211,8 @@ class Stress {
       case 4: rect(i); break;
       case 5: copy(); break;
       case 6: fill(); break;
-      default: map(); break;
+      case 7: map(); break;
+      default: migrate(); break;
     }
   }
 
@@ -400,6 +413,19 @@ class Stress {
     clReleaseEvent(e);
   }
 
+  // clEnqueueMigrateMemObjects to a queue's device or to the host; content
+  // is kept (CONTENT_UNDEFINED would drop it, so the model would not hold).
+  void migrate() {
+    ++count_[8];
+    const View& v = any_view();
+    auto w = deps({v.parent});
+    cl_event e = nullptr;
+    const cl_mem_migration_flags flags = pick(2) == 0 ? 0 : CL_MIGRATE_MEM_OBJECT_HOST;
+    CL_CHECK(clEnqueueMigrateMemObjects(any_queue(), 1, &v.mem, flags, static_cast<cl_uint>(w.size()), list(w), &e));
+    became_last({v.parent}, e);
+    clReleaseEvent(e);
+  }
+
   void retire(std::size_t n) {
     for (std::size_t k = 0; k < n && !reads_.empty(); ++k) {
       PendingRead& r = reads_.front();
@@ -445,6 +471,9 @@ class Stress {
   std::vector<Queue> queues_;
   Program program_;
   Kernel affine_, reverse_;
+  // CL_MEM_USE_HOST_PTR arrays: declared before the buffers, so they
+  // outlive them.
+  std::vector<std::unique_ptr<std::vector<std::uint32_t>>> host_backing_;
   std::vector<Mem> parents_;
   std::vector<Mem> subs_;
   std::vector<View> views_;
@@ -453,7 +482,7 @@ class Stress {
   std::deque<PendingRead> reads_;
   std::deque<std::pair<Event, std::shared_ptr<std::vector<std::uint32_t>>>> keep_alive_;
   std::uint64_t checked_ = 0, mismatches_ = 0;
-  std::array<std::uint64_t, 8> count_{};
+  std::array<std::uint64_t, 9> count_{};
 };
 
 }  // namespace
