@@ -9,6 +9,7 @@
 // (from basic: they work on any host-addressable device pointer, which the
 // arena's are), and the event and queue condition-variable plumbing (from
 // pthread).
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -34,16 +35,31 @@ std::vector<DriverParameters>& saved_parameters() {
   return saved;
 }
 
+// A device that fails to initialise disappears from the platform; say why
+// even when POCL_DEBUG is off, or the user sees only "no devices".
+void init_failed(unsigned j, const std::string& why) {
+  std::fprintf(stderr, "memlayer device %u: %s\n", j, why.c_str());
+}
+
 cl_int start_device(unsigned j, cl_device_id device, const DriverParameters& params) {
   auto made = MemlayerDevice::create(device, params);
   if (!made.ok()) {
-    POCL_MSG_ERR("memlayer device %u: %s\n", j, made.error().c_str());
+    init_failed(j, made.error());
     return CL_OUT_OF_RESOURCES;
   }
   device->data = std::move(made).value().release();  // owned by device->data until uninit()
   if (saved_parameters().size() <= j) saved_parameters().resize(j + 1);
   saved_parameters()[j] = params;
   return CL_SUCCESS;
+}
+
+// The command's wait list is empty (and submit() has seen it): queue it.
+// Called with the command's event locked.
+void push_if_ready(_cl_command_node* node) {
+  cl_event event = node->sync.event.event;
+  if (node->ready == 0 || !pocl_command_is_ready(event) || event->status != CL_QUEUED) return;
+  pocl_update_event_submitted(event);
+  device_of(node->device).push(node);
 }
 
 bool is_memlayer(cl_device_id d) { return d->ops != nullptr && d->ops->alloc_mem_obj == pocl_memlayer_alloc_mem_obj; }
@@ -106,7 +122,7 @@ char* pocl_memlayer_build_hash(cl_device_id device) {
 cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameters) {
   auto parsed = memlayer::pocl::parse_parameters(parameters);
   if (!parsed.ok()) {
-    POCL_MSG_ERR("memlayer device %u: %s\n", j, parsed.error().c_str());
+    init_failed(j, parsed.error());
     return CL_INVALID_VALUE;
   }
   DriverParameters params = parsed.value();
@@ -234,25 +250,18 @@ int pocl_memlayer_migrate_d2d(cl_device_id, cl_device_id, cl_mem mem, pocl_mem_i
 
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
   // Called with the event locked; must unlock it.
-  cl_event event = node->sync.event.event;
   node->ready = 1;
-  if (pocl_command_is_ready(event)) {
-    pocl_update_event_submitted(event);
-    device_of(node->device).push(node);
-  }
-  POCL_UNLOCK_OBJ(event);
+  push_if_ready(node);
+  POCL_UNLOCK_OBJ(node->sync.event.event);
 }
 
 void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
   // Called with `event` locked when one of its dependencies finished.
-  _cl_command_node* node = event->command;
   if (finished->status < CL_COMPLETE) {
     pocl_update_event_failed(event);
     return;
   }
-  if (node->ready == 0 || !pocl_command_is_ready(event) || event->status != CL_QUEUED) return;
-  pocl_update_event_submitted(event);
-  device_of(node->device).push(node);
+  push_if_ready(event->command);
 }
 
 void pocl_memlayer_run(void*, _cl_command_node* node) { device_of(node->device).run_inline(node); }

@@ -19,12 +19,12 @@ struct KernelRun {
   std::size_t chunk = 1;
 
   // arguments[i] points at argument i's value; local arguments and the
-  // kernel's automatic locals are filled in per chunk.
+  // kernel's automatic locals are filled in per chunk. slots[i] holds what
+  // a buffer, image or sampler argument passes: the device pointer (+
+  // offset), &images[i], or the sampler.
   std::vector<void*> arguments;
-  std::vector<void*> pointers;           // buffer args: device pointer + offset
-  std::vector<dev_image_t> images;       // image args
-  std::vector<void*> image_pointers;     // image args: &images[i]
-  std::vector<dev_sampler_t> samplers;   // sampler args
+  std::vector<void*> slots;
+  std::vector<dev_image_t> images;  // only for kernels with image arguments
 
   std::size_t next_group = 0;            // guarded by the device's mutex
   std::atomic<std::size_t> done_groups{0};
@@ -111,6 +111,12 @@ void MemlayerDevice::worker(unsigned index) {
       cl_event event = node->sync.event.event;
       pocl_update_event_running(event);
       if (auto run = prepare_kernel(node)) {
+        if (run->chunk >= run->total_groups) {  // one chunk: no one to share it with
+          if (!run_groups(*run, 0, run->total_groups, cu)) run->failed.store(true);
+          finish_kernel(*run);
+          lock.lock();
+          continue;
+        }
         lock.lock();
         // Ahead of other commands: its work-groups are what every worker
         // should be taking now.
@@ -153,10 +159,7 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
   const pocl_kernel_metadata_t* meta = run->meta;
   const unsigned n = meta->num_args;
   run->arguments.assign(n + meta->num_locals, nullptr);
-  run->pointers.assign(n, nullptr);
-  run->images.resize(n);
-  run->image_pointers.assign(n, nullptr);
-  run->samplers.assign(n, 0);
+  run->slots.assign(n, nullptr);
   for (unsigned i = 0; i < n; ++i) {
     pocl_argument* al = &node->command.run.arguments[i];
     const pocl_argument_info& info = meta->arg_info[i];
@@ -166,16 +169,20 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
         char* base = al->is_svm ? *static_cast<char**>(al->value)
                                 : static_cast<char*>((*static_cast<cl_mem*>(al->value))
                                                          ->device_ptrs[device_->global_mem_id].mem_ptr);
-        run->pointers[i] = base + al->offset;
+        run->slots[i] = base + al->offset;
       }
-      run->arguments[i] = &run->pointers[i];
+      run->arguments[i] = &run->slots[i];
     } else if (info.type == POCL_ARG_TYPE_IMAGE) {
+      run->images.resize(n);  // once; later resizes keep the size, so &images[i] stays valid
       pocl_fill_dev_image_t(&run->images[i], al, device_);
-      run->image_pointers[i] = &run->images[i];
-      run->arguments[i] = &run->image_pointers[i];
+      run->slots[i] = &run->images[i];
+      run->arguments[i] = &run->slots[i];
     } else if (info.type == POCL_ARG_TYPE_SAMPLER) {
-      pocl_fill_dev_sampler_t(&run->samplers[i], al);
-      run->arguments[i] = &run->samplers[i];
+      static_assert(sizeof(dev_sampler_t) == sizeof(void*));
+      dev_sampler_t sampler = 0;
+      pocl_fill_dev_sampler_t(&sampler, al);
+      run->slots[i] = reinterpret_cast<void*>(sampler);
+      run->arguments[i] = &run->slots[i];
     } else {
       run->arguments[i] = al->value;
     }
@@ -186,8 +193,10 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
 bool MemlayerDevice::run_groups(KernelRun& run, std::size_t first, std::size_t last, ComputeUnit& cu) const {
   const pocl_kernel_metadata_t* meta = run.meta;
   const unsigned n = meta->num_args;
-  std::vector<void*> arguments = run.arguments;
-  std::vector<void*> local_pointers(n + meta->num_locals, nullptr);
+  std::vector<void*>& arguments = cu.arguments;
+  std::vector<void*>& local_pointers = cu.local_pointers;
+  arguments.assign(run.arguments.begin(), run.arguments.end());
+  local_pointers.assign(arguments.size(), nullptr);
 
   // This chunk's local memory: the compute unit's space from its start.
   cu.local.reset();

@@ -31,12 +31,15 @@ namespace memlayer::pocl {
 struct KernelRun;
 
 /// A compute unit's private resources: its local memory (a LinearRegion
-/// over a block it owns, reset for every chunk of work-groups) and its
-/// printf buffer.
+/// over a block it owns, reset for every chunk of work-groups), its printf
+/// buffer, and the argument array of the chunk it runs (reused, so a launch
+/// allocates nothing per chunk once the arrays have grown).
 struct ComputeUnit {
   drivers::DeviceArena local_block;
   bufalloc::LinearRegion local;
   std::vector<std::byte> printf_buffer;
+  std::vector<void*> arguments;
+  std::vector<void*> local_pointers;
 };
 
 class MemlayerDevice {
