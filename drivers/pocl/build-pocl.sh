@@ -9,8 +9,9 @@
 # is unpacked, patched and configured once (about 3 min) and built once
 # (about 5 min on 2 cores). The driver sources (drivers/pocl/src, the
 # bufalloc and devmem components it compiles in) are then synced into
-# lib/CL/devices/memlayer/ by content, and a stamp holding the hash of all of
-# them skips the build when nothing changed; when something did, make
+# lib/CL/devices/memlayer/ by content, the migration engine (drivers/pocl/core
+# and the migration component) into lib/CL/memlayer-core/, and a stamp
+# holding the hash of all of them skips the build when nothing changed; when something did, make
 # rebuilds only what changed (seconds). So a clean clone of an unchanged
 # commit builds nothing, and a fresh machine builds everything.
 #
@@ -78,8 +79,14 @@ sync_tree "$root/bufalloc/include" "$dest/memlayer-src/include"
 sync_tree "$root/bufalloc/src" "$dest/memlayer-src/bufalloc"
 sync_tree "$root/drivers/devmem/include" "$dest/memlayer-src/include"
 sync_tree "$root/drivers/devmem/src" "$dest/memlayer-src/devmem"
+# The migration engine goes into PoCL's core library (libpocl).
+core=$dir/src/lib/CL/memlayer-core
+sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
+sync_tree "$here/core" "$core"
+sync_tree "$root/migration/include" "$core/memlayer-src/include"
+sync_tree "$root/migration/src" "$core/memlayer-src/migration"
 
-stamp=$( (cd "$dest" && find . -type f | sort | xargs cat) | sha256sum | cut -c1-16)
+stamp=$( (cd "$dir/src/lib/CL" && find devices/memlayer memlayer-core -type f | sort | xargs cat) | sha256sum | cut -c1-16)
 if [ -f "$dir/build/.memlayer-stamp" ] && [ "$(cat "$dir/build/.memlayer-stamp")" = "$stamp" ]; then
   echo "$dir/build"
   exit 0

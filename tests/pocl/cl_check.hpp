@@ -5,6 +5,9 @@
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 
+#include <dlfcn.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -92,6 +95,32 @@ inline Program build_program(cl_context ctx, const std::vector<cl_device_id>& de
     check(err, "clBuildProgram");
   }
   return program;
+}
+
+/// The PoCL build's migration counters (memlayer_pocl_get_migration_stats
+/// in drivers/pocl/core/pocl_memlayer_migration.h), read from the libpocl
+/// the ICD loader opened (OCL_ICD_VENDORS names it in the test environment).
+struct MigrationStats {
+  std::uint64_t d2h_commands, d2h_bytes;
+  std::uint64_t h2d_commands, h2d_bytes;
+  std::uint64_t d2d_commands, d2d_bytes;
+  std::uint64_t evictions, eviction_bytes_written_back;
+  [[nodiscard]] std::uint64_t bytes() const { return d2h_bytes + h2d_bytes + d2d_bytes; }
+};
+
+/// Reads (and with reset, zeroes) the counters; aborts when libpocl has none.
+inline MigrationStats migration_stats(bool reset = false) {
+  const char* lib = std::getenv("OCL_ICD_VENDORS");
+  void* handle = lib != nullptr ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  using Fn = void (*)(MigrationStats*, int);
+  auto fn = handle != nullptr ? reinterpret_cast<Fn>(dlsym(handle, "memlayer_pocl_get_migration_stats")) : nullptr;
+  if (fn == nullptr) {
+    std::fprintf(stderr, "no memlayer_pocl_get_migration_stats in %s\n", lib != nullptr ? lib : "(OCL_ICD_VENDORS unset)");
+    std::exit(2);
+  }
+  MigrationStats s{};
+  fn(&s, reset ? 1 : 0);
+  return s;
 }
 
 }  // namespace memlayer::cltest

@@ -1,5 +1,6 @@
 // The memlayer PoCL device through the ICD loader: what it reports, and
-// its failure paths (device memory full, local memory exceeded). ctest runs
+// its failure paths (device memory full: idle buffers evicted, else a
+// clean enqueue error; local memory exceeded). ctest runs
 // it with POCL_DEVICES=memlayer and
 // POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2.
 #include <gtest/gtest.h>
@@ -69,19 +70,73 @@ TEST_F(PoclDevice, ReportsItsParameters) {
   EXPECT_EQ(info<cl_device_svm_capabilities>(CL_DEVICE_SVM_CAPABILITIES), 0u);
 }
 
-TEST_F(PoclDevice, FullMemoryFailsTheEnqueueCleanlyAndRecovers) {
+TEST_F(PoclDevice, FullMemoryEvictsIdleBuffersAndLosesNothing) {
   constexpr std::size_t kBlock = 16 << 20;  // four fill the device
   std::vector<Mem> bufs;
+  for (int i = 0; i < 6; ++i) bufs.push_back(buffer(kBlock));
+  const auto before = migration_stats();
+  // Each buffer gets device memory at its first command; from the fifth on
+  // the device is full, and idle buffers are written back to the host and
+  // evicted to make room.
+  for (std::uint32_t i = 0; i < 6; ++i) ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 1000), CL_SUCCESS) << i;
+  // Reading an evicted buffer brings it back, evicting another.
+  for (int round = 0; round < 2; ++round)
+    for (std::uint32_t i = 0; i < 6; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
+  const auto after = migration_stats();
+  EXPECT_GE(after.evictions - before.evictions, 2u);
+  EXPECT_GE(after.eviction_bytes_written_back - before.eviction_bytes_written_back, 2 * kBlock);
+}
+
+TEST_F(PoclDevice, FullMemoryWithNothingIdleFailsTheEnqueueCleanlyAndRecovers) {
+  constexpr std::size_t kBlock = 16 << 20;
+  std::vector<Mem> bufs;
   for (int i = 0; i < 5; ++i) bufs.push_back(buffer(kBlock));
-  for (std::uint32_t i = 0; i < 4; ++i) ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 1000), CL_SUCCESS);
-  // The fifth gets its device memory at its first command: there is none left.
+  // Four writes wait on a user event: their buffers are in use, not idle.
+  cl_int err = CL_SUCCESS;
+  Event gate(clCreateUserEvent(ctx_.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<std::vector<std::uint32_t>> data(4, std::vector<std::uint32_t>(kBlock / 4));
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    std::iota(data[i].begin(), data[i].end(), i * 1000);
+    cl_event g = gate.get();
+    ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), bufs[i].get(), CL_FALSE, 0, kBlock, data[i].data(), 1, &g, nullptr),
+              CL_SUCCESS);
+  }
+  // Nothing can be evicted: the fifth fails at enqueue, and again.
   EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
-  EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);  // and again
-  for (std::uint32_t i = 0; i < 4; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
-  bufs[0].reset();  // its memory goes back to the device
+  EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
+  ASSERT_EQ(clSetUserEventStatus(gate.get(), CL_COMPLETE), CL_SUCCESS);
+  ASSERT_EQ(clFinish(queue_.get()), CL_SUCCESS);
+  // Now the four are idle: the fifth evicts one, and nothing is lost.
   ASSERT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_SUCCESS);
-  EXPECT_TRUE(has_pattern(bufs[4].get(), kBlock, 4000));
-  for (std::uint32_t i = 1; i < 4; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
+  for (std::uint32_t i = 0; i < 5; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
+}
+
+TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
+  constexpr std::size_t kBlock = 24 << 20;  // three need 72 MiB of 64
+  const char* src = R"CLC(
+    kernel void sum3(global const uint* a, global const uint* b, global uint* c) {
+      size_t i = get_global_id(0);
+      c[i] = a[i] + b[i];
+    }
+  )CLC";
+  std::vector<cl_device_id> devs{device_};
+  Program program = build_program(ctx_.get(), devs, src);
+  cl_int err = CL_SUCCESS;
+  Kernel k(clCreateKernel(program.get(), "sum3", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<Mem> bufs;
+  for (int i = 0; i < 3; ++i) bufs.push_back(buffer(kBlock));
+  for (std::uint32_t i = 0; i < 2; ++i) ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 7), CL_SUCCESS);
+  for (cl_uint i = 0; i < 3; ++i) {
+    cl_mem m = bufs[i].get();
+    ASSERT_EQ(clSetKernelArg(k.get(), i, sizeof m, &m), CL_SUCCESS);
+  }
+  const std::size_t global = 1024;
+  EXPECT_EQ(clEnqueueNDRangeKernel(queue_.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            CL_MEM_OBJECT_ALLOCATION_FAILURE);
+  // The inputs are intact, and a command that fits still runs.
+  for (std::uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 7)) << i;
 }
 
 TEST_F(PoclDevice, MoreLocalMemoryThanTheDeviceHasIsRefusedAtEnqueue) {

@@ -240,11 +240,13 @@ int pocl_memlayer_can_migrate_d2d(cl_device_id dest, cl_device_id source) {
   return is_memlayer(dest) && is_memlayer(source) && dest != source ? 1 : 0;
 }
 
-int pocl_memlayer_migrate_d2d(cl_device_id, cl_device_id, cl_mem mem, pocl_mem_identifier* src_mem_id,
-                              pocl_mem_identifier* dst_mem_id) {
-  // Arena to arena: both are host-addressable, one memcpy.
+int pocl_memlayer_migrate_d2d(cl_device_id, cl_device_id, cl_mem mem, size_t offset, size_t size,
+                              pocl_mem_identifier* src_mem_id, pocl_mem_identifier* dst_mem_id) {
+  // Arena to arena: both are host-addressable, one memcpy of the range.
   if (src_mem_id->mem_ptr == nullptr || dst_mem_id->mem_ptr == nullptr) return CL_INVALID_MEM_OBJECT;
-  std::memcpy(dst_mem_id->mem_ptr, src_mem_id->mem_ptr, mem->size);
+  if (offset > mem->size || size > mem->size - offset) return CL_INVALID_VALUE;
+  std::memcpy(static_cast<char*>(dst_mem_id->mem_ptr) + offset, static_cast<const char*>(src_mem_id->mem_ptr) + offset,
+              size);
   return CL_SUCCESS;
 }
 

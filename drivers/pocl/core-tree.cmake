@@ -1,0 +1,24 @@
+# memlayer's migration engine inside PoCL's core library: build-pocl.sh
+# copies this file to lib/CL/memlayer-core/CMakeLists.txt, the bridge
+# (drivers/pocl/core) beside it and the migration component's sources to
+# memlayer-src/. Our patch adds the objects to libpocl. It is not part of
+# memlayer's own CMake project.
+file(GLOB MEMLAYER_CORE_SOURCES CONFIGURE_DEPENDS
+  "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp"
+  "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/migration/*.cpp")
+
+add_library(pocl-memlayer-core OBJECT ${MEMLAYER_CORE_SOURCES})
+set_target_properties(pocl-memlayer-core PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON
+                      POSITION_INDEPENDENT_CODE ON)
+target_include_directories(pocl-memlayer-core PRIVATE
+  "${CMAKE_CURRENT_SOURCE_DIR}"
+  "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/include")
+if(MEMLAYER_MIGRATION_DEFAULT)
+  target_compile_definitions(pocl-memlayer-core PRIVATE MEMLAYER_MIGRATION_DEFAULT=1)
+else()
+  target_compile_definitions(pocl-memlayer-core PRIVATE MEMLAYER_MIGRATION_DEFAULT=0)
+endif()
+target_compile_options(pocl-memlayer-core PRIVATE -Wall -Wextra)
+if(OCL_ICD_INCLUDE_DIRS)
+  target_include_directories(pocl-memlayer-core SYSTEM PRIVATE ${OCL_ICD_INCLUDE_DIRS})
+endif()

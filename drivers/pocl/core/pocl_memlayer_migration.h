@@ -1,0 +1,112 @@
+/* pocl_memlayer_migration.h — memlayer's migration engine inside PoCL's core.
+ *
+ * PoCL 3.1 keeps one content version per buffer. Our build-time patch routes
+ * every command that uses buffers through pocl_ml_create_command() instead
+ * of PoCL's own pocl_create_migration_commands(): each command states, per
+ * buffer, the byte ranges it uses and how (memlayer/migration.h's ml_use),
+ * memlayer's planner decides which stale bytes move where, and this file
+ * turns the plan into PoCL migration commands over byte ranges (device to
+ * host, host to device, device to device through the migrate_d2d driver
+ * hook) on the context's hidden queues, linked by event dependencies.
+ * doc/pocl-driver.md explains the wiring.
+ *
+ * Locations: location 0 is the buffer's host copy (mem_host_ptr), which
+ * PoCL's CPU drivers (basic, pthread) use as their device memory; any other
+ * device's memory is location global_mem_id + 1 (at most 63 devices).
+ *
+ * Which engine runs is decided once per process: the environment variable
+ * POCL_MEMLAYER_MIGRATION=1 (memlayer) or 0 (PoCL's own), else the build's
+ * default (CMake option MEMLAYER_MIGRATION_DEFAULT).
+ *
+ * Thread-safety: every function may be called from any thread. A buffer's
+ * versions are changed under the buffer's lock (POCL_LOCK_OBJ).
+ */
+#ifndef POCL_MEMLAYER_MIGRATION_H
+#define POCL_MEMLAYER_MIGRATION_H
+
+#include "pocl_cl.h"
+#include "memlayer/migration.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when memlayer's engine decides migrations in this process. */
+int pocl_ml_migration_enabled (void);
+
+/* pocl_create_command() for the memlayer engine. buffers[i] is used as
+ * uses[i] says (offset within buffers[i], size 0 = to its end); a buffer may
+ * appear several times, and all its uses are planned together. uses == NULL
+ * means whole buffers, read (readonly_flags[i] != 0) or read and written.
+ * Sub-buffers must already be their parent plus an offset.
+ * mig_flags: clEnqueueMigrateMemObjects' flags (HOST plans for the host
+ * copy; CONTENT_UNDEFINED makes each use an overwrite).
+ *
+ * Device memory is allocated here; when it is full, buffers idle on the
+ * device are evicted (their only copies written back to the host) and the
+ * allocation retried; only then CL_MEM_OBJECT_ALLOCATION_FAILURE.
+ * On any error nothing is recorded and no command exists.
+ * Cost: O(uses + copies) plus the planner's per-buffer cost. */
+cl_int pocl_ml_create_command (_cl_command_node **cmd,
+                               cl_command_queue command_queue,
+                               cl_command_type command_type, cl_event *event_p,
+                               cl_uint num_events, const cl_event *wait_list,
+                               size_t num_buffers, cl_mem *buffers,
+                               const char *readonly_flags, const ml_use *uses,
+                               cl_mem_migration_flags mig_flags);
+
+/* Allocates mem on dev, evicting idle buffers when the device is full.
+ * Call without mem's lock. CL_SUCCESS or CL_MEM_OBJECT_ALLOCATION_FAILURE. */
+cl_int pocl_ml_alloc (cl_device_id dev, cl_mem mem);
+
+/* Forgets a buffer (its versions, the event references they hold). Called
+ * by clReleaseMemObject when the buffer is freed. */
+void pocl_ml_release_mem (cl_mem mem);
+
+/* Forgets a context's cost model. Called when the context is freed. */
+void pocl_ml_release_context (cl_context context);
+
+/* Counts one executed migration command of `bytes` (both engines). */
+void pocl_ml_count_migration (pocl_migration_type_t type, size_t bytes);
+
+/* The range a rectangle of a buffer covers, from its first to its last
+ * byte: origin (bytes, rows, slices) and region as in clEnqueue*Rect with
+ * the pitches already defaulted. `base` is added (a sub-buffer's origin).
+ * The access is `partial_access` unless the rectangle is every byte of the
+ * range (rows back to back), when it is `whole_access`. */
+static inline ml_use
+pocl_ml_rect_use (size_t base, const size_t *origin, const size_t *region,
+                  size_t row_pitch, size_t slice_pitch,
+                  ml_access partial_access, ml_access whole_access)
+{
+  ml_use u;
+  size_t first = origin[2] * slice_pitch + origin[1] * row_pitch + origin[0];
+  size_t last = (region[2] - 1) * slice_pitch + (region[1] - 1) * row_pitch
+                + region[0];
+  int dense = (region[1] == 1 || row_pitch == region[0])
+              && (region[2] == 1 || slice_pitch == region[0] * region[1]);
+  u.offset = base + first;
+  u.size = last;
+  u.access = dense ? whole_access : partial_access;
+  return u;
+}
+
+/* Process-wide counters of executed migration commands, for tests and
+ * benchmarks (dlsym it from libpocl). reset != 0 zeroes them after reading. */
+typedef struct memlayer_pocl_migration_stats
+{
+  uint64_t d2h_commands, d2h_bytes;
+  uint64_t h2d_commands, h2d_bytes;
+  uint64_t d2d_commands, d2d_bytes;
+  uint64_t evictions, eviction_bytes_written_back;
+} memlayer_pocl_migration_stats;
+
+__attribute__ ((visibility ("default"))) void
+memlayer_pocl_get_migration_stats (memlayer_pocl_migration_stats *out,
+                                   int reset);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POCL_MEMLAYER_MIGRATION_H */
