@@ -1,15 +1,18 @@
 // memlayer-cl-stress: a seeded multi-device OpenCL stress program. It runs
 // through the ICD loader on whatever devices the platform offers (for
-// memlayer: POCL_DEVICES="memlayer memlayer ..."), on buffers and disjoint
-// sub-buffers (some over CL_MEM_USE_HOST_PTR memory), with kernels (one of
+// memlayer: POCL_DEVICES="memlayer memlayer ..."), on buffers and on
+// disjoint and overlapping sub-buffers (some over CL_MEM_USE_HOST_PTR
+// memory), with kernels (one of
 // them using local memory), copies, fills, plain and rect reads and writes
 // (blocking and not), maps, explicit migrations, on several queues per
 // device, and checks every read against a host model.
 //
 // Ordering is explicit, as OpenCL requires for commands on different queues:
-// each command waits on the last event of every buffer it touches (event
-// wait lists across queues and devices), so the model is the commands in
-// enqueue order. Reads are checked when they complete.
+// each command waits on the last event of every quarter of a parent buffer
+// it touches (event wait lists across queues and devices), so the model is
+// the commands in enqueue order, while commands on disjoint sub-buffers of
+// one parent run concurrently on different devices. Reads are checked when
+// they complete.
 //
 //   memlayer-cl-stress [--ops N] [--seed S] [--buffers B] [--elements E]
 //                      [--queues-per-device Q]
@@ -75,13 +78,16 @@ bool parse(int argc, char** argv, Options& o) {
   return true;
 }
 
-// A range of a parent buffer as a cl_mem: the parent itself or one of its
-// four disjoint quarter sub-buffers.
+// A range of a parent buffer as a cl_mem: the parent itself, one of its
+// four disjoint quarter sub-buffers, or one of three overlapping halves
+// (quarters 0-1, 1-2, 2-3).
 struct View {
   unsigned parent = 0;
   std::size_t first = 0;  // in elements, within the parent
   std::size_t count = 0;
   cl_mem mem = nullptr;
+  unsigned q0 = 0, q1 = 4;  // the quarters [q0, q1) it covers
+  [[nodiscard]] bool overlaps(const View& o) const { return parent == o.parent && q0 < o.q1 && o.q0 < q1; }
 };
 
 // A read whose expected bytes were fixed at enqueue time.
@@ -164,34 +170,43 @@ class Stress {
                                       nullptr, nullptr));
       model_.push_back(std::move(init));
       last_.emplace_back();
-      views_.push_back(View{b, 0, o_.elements, parents_.back().get()});
-      for (unsigned s = 0; s < 4; ++s) {
-        cl_buffer_region r{s * bytes / 4, bytes / 4};
-        subs_.emplace_back(clCreateSubBuffer(parents_.back().get(), CL_MEM_READ_WRITE,
-                                             CL_BUFFER_CREATE_TYPE_REGION, &r, &err));
-        check(err, "clCreateSubBuffer");
-        views_.push_back(View{b, s * o_.elements / 4, o_.elements / 4, subs_.back().get()});
-      }
+      views_.push_back(View{b, 0, o_.elements, parents_.back().get(), 0, 4});
+      for (unsigned q = 0; q < 4; ++q) add_sub_buffer(b, q, q + 1);
+      for (unsigned q = 0; q < 3; ++q) add_sub_buffer(b, q, q + 2);
     }
+  }
+
+  void add_sub_buffer(unsigned parent, unsigned q0, unsigned q1) {
+    const std::size_t quarter = o_.elements / 4;
+    cl_buffer_region r{q0 * quarter * 4, (q1 - q0) * quarter * 4};
+    cl_int err = CL_SUCCESS;
+    subs_.emplace_back(clCreateSubBuffer(parents_[parent].get(), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r,
+                                         &err));
+    check(err, "clCreateSubBuffer");
+    views_.push_back(View{parent, q0 * quarter, (q1 - q0) * quarter, subs_.back().get(), q0, q1});
   }
 
   std::size_t pick(std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng_); }
   const View& any_view() { return views_[pick(views_.size())]; }
   cl_command_queue any_queue() { return queues_[pick(queues_.size())].get(); }
 
-  // The wait list for a command on these parents: their last events.
-  std::vector<cl_event> deps(std::initializer_list<unsigned> parents) {
+  // The wait list for a command on these views: the last events of the
+  // quarters they cover.
+  std::vector<cl_event> deps(std::initializer_list<const View*> views) {
     std::vector<cl_event> w;
-    for (unsigned p : parents)
-      if (last_[p].get() != nullptr && std::find(w.begin(), w.end(), last_[p].get()) == w.end())
-        w.push_back(last_[p].get());
+    for (const View* v : views)
+      for (unsigned q = v->q0; q < v->q1; ++q) {
+        cl_event e = last_[v->parent][q].get();
+        if (e != nullptr && std::find(w.begin(), w.end(), e) == w.end()) w.push_back(e);
+      }
     return w;
   }
-  void became_last(std::initializer_list<unsigned> parents, cl_event e) {
-    for (unsigned p : parents) {
-      clRetainEvent(e);
-      last_[p] = Event(e);
-    }
+  void became_last(std::initializer_list<const View*> views, cl_event e) {
+    for (const View* v : views)
+      for (unsigned q = v->q0; q < v->q1; ++q) {
+        clRetainEvent(e);
+        last_[v->parent][q] = Event(e);
+      }
   }
   static const cl_event* list(const std::vector<cl_event>& w) { return w.empty() ? nullptr : w.data(); }
 
@@ -223,7 +238,7 @@ class Stress {
     const View* src = &dst;
     for (int tries = 0; tries < 4; ++tries) {
       const View& c = any_view();
-      if (c.parent != dst.parent && c.count >= dst.count) {
+      if (!c.overlaps(dst) && c.count >= dst.count) {
         src = &c;
         break;
       }
@@ -233,12 +248,12 @@ class Stress {
     CL_CHECK(clSetKernelArg(affine_.get(), 1, sizeof(cl_mem), &src->mem));
     CL_CHECK(clSetKernelArg(affine_.get(), 2, sizeof mul, &mul));
     CL_CHECK(clSetKernelArg(affine_.get(), 3, sizeof add, &add));
-    auto w = deps({dst.parent, src->parent});
+    auto w = deps({&dst, src});
     cl_event e = nullptr;
     const std::size_t global = dst.count;
     CL_CHECK(clEnqueueNDRangeKernel(any_queue(), affine_.get(), 1, nullptr, &global, nullptr,
                                     static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({dst.parent, src->parent}, e);
+    became_last({&dst, src}, e);
     clReleaseEvent(e);
     std::vector<std::uint32_t> s(model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first),
                                  model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first + dst.count));
@@ -260,12 +275,12 @@ class Stress {
     CL_CHECK(clSetKernelArg(reverse_.get(), 1, sizeof(cl_mem), &src->mem));
     CL_CHECK(clSetKernelArg(reverse_.get(), 2, group * 4, nullptr));
     CL_CHECK(clSetKernelArg(reverse_.get(), 3, sizeof x, &x));
-    auto w = deps({dst.parent, src->parent});
+    auto w = deps({&dst, src});
     cl_event e = nullptr;
     const std::size_t global = dst.count;
     CL_CHECK(clEnqueueNDRangeKernel(any_queue(), reverse_.get(), 1, nullptr, &global, &group,
                                     static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({dst.parent, src->parent}, e);
+    became_last({&dst, src}, e);
     clReleaseEvent(e);
     const auto& s = model_[src->parent];
     auto& d = model_[dst.parent];
@@ -281,11 +296,11 @@ class Stress {
     auto data = std::make_shared<std::vector<std::uint32_t>>(count);
     for (auto& x : *data) x = static_cast<std::uint32_t>(rng_());
     const bool blocking = pick(2) == 0;
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_event e = nullptr;
     CL_CHECK(clEnqueueWriteBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
                                   data->data(), static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({v.parent}, e);
+    became_last({&v}, e);
     if (!blocking) keep_alive_.push_back({Event(e), data});
     else clReleaseEvent(e);
     std::copy(data->begin(), data->end(), model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first));
@@ -302,11 +317,11 @@ class Stress {
     r.what = "op " + std::to_string(i) + ": read of buffer " + std::to_string(v.parent) + " elements [" +
              std::to_string(v.first + first) + ", +" + std::to_string(count) + ")";
     const bool blocking = pick(2) == 0;
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_event e = nullptr;
     CL_CHECK(clEnqueueReadBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
                                  r.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({v.parent}, e);
+    became_last({&v}, e);
     r.done = Event(e);
     reads_.push_back(std::move(r));
   }
@@ -324,7 +339,7 @@ class Stress {
     const std::size_t buffer_origin[3] = {c0 * 4, r0, 0};
     const std::size_t host_origin[3] = {4, 0, 0};  // one element in
     const std::size_t region[3] = {ncols * 4, nrows, 1};
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_event e = nullptr;
     auto& m = model_[v.parent];
     if (pick(2) == 0) {
@@ -332,7 +347,7 @@ class Stress {
       for (auto& x : *data) x = static_cast<std::uint32_t>(rng_());
       CL_CHECK(clEnqueueWriteBufferRect(any_queue(), v.mem, CL_FALSE, buffer_origin, host_origin, region, row * 4, 0,
                                         host_row * 4, 0, data->data(), static_cast<cl_uint>(w.size()), list(w), &e));
-      became_last({v.parent}, e);
+      became_last({&v}, e);
       keep_alive_.push_back({Event(e), data});
       for (std::size_t r = 0; r < nrows; ++r)
         for (std::size_t c = 0; c < ncols; ++c) m[v.first + (r0 + r) * row + c0 + c] = (*data)[r * host_row + 1 + c];
@@ -345,7 +360,7 @@ class Stress {
       rd.what = "op " + std::to_string(i) + ": rect read of buffer " + std::to_string(v.parent);
       CL_CHECK(clEnqueueReadBufferRect(any_queue(), v.mem, CL_FALSE, buffer_origin, host_origin, region, row * 4, 0,
                                        host_row * 4, 0, rd.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
-      became_last({v.parent}, e);
+      became_last({&v}, e);
       rd.done = Event(e);
       reads_.push_back(std::move(rd));
     }
@@ -355,14 +370,14 @@ class Stress {
     ++count_[5];
     const View& dst = any_view();
     const View& src = any_view();
-    if (dst.parent == src.parent) return;  // overlapping copies are invalid OpenCL
+    if (dst.overlaps(src)) return;  // overlapping copies are invalid OpenCL
     const std::size_t n = 1 + pick(std::min(dst.count, src.count));
     const std::size_t so = pick(src.count - n + 1), d_o = pick(dst.count - n + 1);
-    auto w = deps({dst.parent, src.parent});
+    auto w = deps({&dst, &src});
     cl_event e = nullptr;
     CL_CHECK(clEnqueueCopyBuffer(any_queue(), src.mem, dst.mem, so * 4, d_o * 4, n * 4,
                                  static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({dst.parent, src.parent}, e);
+    became_last({&dst, &src}, e);
     clReleaseEvent(e);
     std::copy_n(model_[src.parent].begin() + static_cast<std::ptrdiff_t>(src.first + so), n,
                 model_[dst.parent].begin() + static_cast<std::ptrdiff_t>(dst.first + d_o));
@@ -373,11 +388,11 @@ class Stress {
     const View& v = any_view();
     auto [first, count] = range(v, 2);
     const std::array<std::uint32_t, 2> pattern{static_cast<std::uint32_t>(rng_()), static_cast<std::uint32_t>(rng_())};
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_event e = nullptr;
     CL_CHECK(clEnqueueFillBuffer(any_queue(), v.mem, pattern.data(), sizeof pattern, first * 4, count * 4,
                                  static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({v.parent}, e);
+    became_last({&v}, e);
     clReleaseEvent(e);
     for (std::size_t k = 0; k < count; ++k) model_[v.parent][v.first + first + k] = pattern[k % 2];
   }
@@ -388,7 +403,7 @@ class Stress {
     auto [first, count] = range(v);
     const int kind = static_cast<int>(pick(3));  // read, write, write-invalidate
     const cl_map_flags flags = kind == 0 ? CL_MAP_READ : kind == 1 ? CL_MAP_WRITE : CL_MAP_WRITE_INVALIDATE_REGION;
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_int err = CL_SUCCESS;
     cl_command_queue q = any_queue();
     auto* p = static_cast<std::uint32_t*>(clEnqueueMapBuffer(q, v.mem, CL_TRUE, flags, first * 4, count * 4,
@@ -409,7 +424,7 @@ class Stress {
     }
     cl_event e = nullptr;
     CL_CHECK(clEnqueueUnmapMemObject(q, v.mem, p, 0, nullptr, &e));
-    became_last({v.parent}, e);
+    became_last({&v}, e);
     clReleaseEvent(e);
   }
 
@@ -418,11 +433,11 @@ class Stress {
   void migrate() {
     ++count_[8];
     const View& v = any_view();
-    auto w = deps({v.parent});
+    auto w = deps({&v});
     cl_event e = nullptr;
     const cl_mem_migration_flags flags = pick(2) == 0 ? 0 : CL_MIGRATE_MEM_OBJECT_HOST;
     CL_CHECK(clEnqueueMigrateMemObjects(any_queue(), 1, &v.mem, flags, static_cast<cl_uint>(w.size()), list(w), &e));
-    became_last({v.parent}, e);
+    became_last({&v}, e);
     clReleaseEvent(e);
   }
 
@@ -478,7 +493,7 @@ class Stress {
   std::vector<Mem> subs_;
   std::vector<View> views_;
   std::vector<std::vector<std::uint32_t>> model_;
-  std::vector<Event> last_;
+  std::vector<std::array<Event, 4>> last_;  // per parent, per quarter
   std::deque<PendingRead> reads_;
   std::deque<std::pair<Event, std::shared_ptr<std::vector<std::uint32_t>>>> keep_alive_;
   std::uint64_t checked_ = 0, mismatches_ = 0;
