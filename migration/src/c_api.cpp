@@ -17,6 +17,9 @@ struct ml_cost_model {
 
 struct ml_plan {
   Plan plan;
+  // The converted use list of the last plan or commit made with this plan:
+  // reused, so planning allocates nothing once warm.
+  mutable std::vector<Use> uses;
 };
 
 struct ml_versions {
@@ -163,7 +166,7 @@ ml_mig_status ml_versions_plan(const ml_versions* versions, const ml_use* uses, 
   if (versions == nullptr || cost == nullptr || plan == nullptr)
     return fail(ML_MIG_INVALID_ARGUMENT, "plan: null argument");
   if (ml_mig_status s = check_location(at); s != ML_MIG_OK) return s;
-  std::vector<Use> u;
+  std::vector<Use>& u = plan->uses;
   if (ml_mig_status s = to_uses(uses, use_count, versions->versions.size(), u); s != ML_MIG_OK) return s;
   return guarded([&] {
     versions->versions.plan(u, at, cost->model, plan->plan);
@@ -180,7 +183,7 @@ ml_mig_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, con
     return fail(ML_MIG_MISMATCH, "commit: " + std::to_string(copy_event_count) + " copy events for " +
                                      std::to_string(plan->plan.copies.size()) + " planned copies");
   if (ml_mig_status s = check_location(at); s != ML_MIG_OK) return s;
-  std::vector<Use> u;
+  std::vector<Use>& u = plan->uses;
   if (ml_mig_status s = to_uses(uses, use_count, versions->versions.size(), u); s != ML_MIG_OK) return s;
   return guarded([&] {
     versions->versions.commit(plan->plan, std::span<const Event>(copy_events, copy_event_count), u, at, command);

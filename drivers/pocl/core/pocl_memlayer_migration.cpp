@@ -63,14 +63,76 @@ using CostModel = std::unique_ptr<ml_cost_model, CostModelDeleter>;
 using Versions = std::unique_ptr<ml_versions, VersionsDeleter>;
 
 // ---- how the planner holds PoCL events --------------------------------------
+//
+// Retaining or releasing a cl_event takes the event's lock. The planner
+// does both while a buffer's lock is held, and PoCL runs event callbacks
+// (which may enqueue, locking buffers) under an event's lock; so while a
+// buffer is locked for planning, its retains and releases are only recorded
+// (in the buffer's state: the callbacks' context), moved to the enqueuing
+// thread before the unlock, and done after. Deferring is safe: a deferred
+// release keeps the event alive a little longer, and every retained event
+// is alive (its creator or the planner holds it) until the retains are done.
 
-void retain_event(void*, ml_event e) { POname(clRetainEvent)(static_cast<cl_event>(e)); }
-void release_event(void*, ml_event e) { POname(clReleaseEvent)(static_cast<cl_event>(e)); }
+struct DeferredRefs {
+  bool active = false;
+  std::vector<ml_event> retains;
+  std::vector<ml_event> releases;
+};
+
+void retain_event(void* context, ml_event e) {
+  auto* d = static_cast<DeferredRefs*>(context);
+  if (d->active)
+    d->retains.push_back(e);
+  else
+    POname(clRetainEvent)(static_cast<cl_event>(e));
+}
+void release_event(void* context, ml_event e) {
+  auto* d = static_cast<DeferredRefs*>(context);
+  if (d->active)
+    d->releases.push_back(e);
+  else
+    POname(clReleaseEvent)(static_cast<cl_event>(e));
+}
 int event_finished(void*, ml_event e) {
   // CL_COMPLETE is 0, failures are negative; status only decreases.
   return __atomic_load_n(&static_cast<cl_event>(e)->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
 }
-const ml_event_ops kEventOps = {nullptr, retain_event, release_event, event_finished};
+
+// Under the buffer's lock: moves its recorded references to `out`.
+void take_refs(DeferredRefs& from, DeferredRefs& out) {
+  from.active = false;
+  out.retains.insert(out.retains.end(), from.retains.begin(), from.retains.end());
+  out.releases.insert(out.releases.end(), from.releases.begin(), from.releases.end());
+  from.retains.clear();
+  from.releases.clear();
+}
+
+// Applies a run of k references to one event with one lock: a command's
+// 64 buffers add its event 64 times and drop the previous one 64 times.
+void apply_refs(std::vector<ml_event>& events, bool retain) {
+  for (size_t i = 0; i < events.size();) {
+    auto e = static_cast<cl_event>(events[i]);
+    int k = 1;
+    while (i + k < events.size() && events[i + k] == events[i]) ++k;
+    i += k;
+    POCL_LOCK_OBJ(e);
+    if (retain || e->pocl_refcount > k) {
+      e->pocl_refcount += retain ? k : -k;
+      POCL_UNLOCK_OBJ(e);
+    } else {
+      e->pocl_refcount -= k - 1;  // the last one frees it
+      POCL_UNLOCK_OBJ(e);
+      POname(clReleaseEvent)(e);
+    }
+  }
+  events.clear();
+}
+
+// With no buffer locked: retains first, so no event dies in between.
+void flush_refs(DeferredRefs& refs) {
+  apply_refs(refs.retains, true);
+  apply_refs(refs.releases, false);
+}
 
 // ---- per-context state: where each location lives, and link costs ----------
 
@@ -133,9 +195,9 @@ ContextState* context_state(cl_context ctx, const char** error) {
 // ---- per-buffer state, and the registry eviction walks ----------------------
 
 struct BufferState {
+  DeferredRefs refs;  // the planner's event callbacks' context
   Versions versions;
   cl_mem mem = nullptr;
-  int pins = 0;           // commands between allocation and commit: not evictable
   bool host_ref = false;  // holds one mem_host_ptr reference for the host copy
   std::list<BufferState*>::iterator registered;
 };
@@ -154,7 +216,8 @@ BufferState* buffer_state(cl_mem mem, const char** error) {
   state->mem = mem;
   uint64_t valid = mem->mem_host_ptr_version > 0 ? (1ULL << kHost) : ~0ULL;
   ml_versions* v = nullptr;
-  if (ml_versions_create(mem->size, valid, &kEventOps, &v) != ML_MIG_OK) {
+  const ml_event_ops ops = {&state->refs, retain_event, release_event, event_finished};
+  if (ml_versions_create(mem->size, valid, &ops, &v) != ML_MIG_OK) {
     *error = ml_migration_last_error();
     return nullptr;
   }
@@ -178,7 +241,9 @@ Counters g_counters;
 
 // ---- eviction ---------------------------------------------------------------
 
-bool mem_allocated_at(cl_mem mem, int gid) { return mem->device_ptrs[gid].mem_ptr != nullptr; }
+bool mem_allocated_at(cl_mem mem, int gid) {
+  return __atomic_load_n(&mem->device_ptrs[gid].mem_ptr, __ATOMIC_ACQUIRE) != nullptr;
+}
 
 bool ensure_host_copy(BufferState& s) {
   if (s.host_ref) return true;
@@ -188,7 +253,7 @@ bool ensure_host_copy(BufferState& s) {
 }
 
 // Evicts one buffer that is idle on dev's memory (no unfinished use, no
-// mapping, no command between allocation and commit): its bytes held only
+// mapping, not locked by a command being planned): its bytes held only
 // there are written back to the host copy, then its storage is freed.
 // Busy buffers (locked by another thread) are skipped, so eviction never
 // waits on a lock while holding one. Returns whether it freed anything.
@@ -203,7 +268,7 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
       cl_mem m = (*it)->mem;
       if (m == keep) continue;
       if (pthread_mutex_trylock(&m->pocl_lock) != 0) continue;
-      if (m->pocl_refcount > 0 && (*it)->pins == 0 && m->map_count == 0 && mem_allocated_at(m, gid)) {
+      if (m->pocl_refcount > 0 && m->map_count == 0 && mem_allocated_at(m, gid)) {
         ++m->pocl_refcount;  // kept alive until we are done with it
         candidates.push_back(m);
       }
@@ -217,12 +282,13 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
     plan.reset(p);
   }
   bool evicted = false;
+  DeferredRefs dropped;
   for (cl_mem m : candidates) {
     if (!evicted && pthread_mutex_trylock(&m->pocl_lock) == 0) {
       auto* s = static_cast<BufferState*>(m->memlayer_state);
       const char* error = nullptr;
       ContextState* cs = context_state(m->context, &error);
-      bool idle = cs != nullptr && s->pins == 0 && m->map_count == 0 && mem_allocated_at(m, gid) &&
+      bool idle = cs != nullptr && m->map_count == 0 && mem_allocated_at(m, gid) &&
                   ml_versions_plan_evict(s->versions.get(), at, cs->cost.get(),
                                          plan.get()) == ML_MIG_OK;
       if (idle) {
@@ -241,28 +307,27 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
           written += c.size;
         }
         std::vector<ml_event> none(copies, nullptr);
+        s->refs.active = true;
         ml_versions_commit_evict(s->versions.get(), plan.get(), none.data(), none.size(), at);
+        take_refs(s->refs, dropped);
         dev->ops->free(dev, m);
         g_counters.evictions.fetch_add(1, std::memory_order_relaxed);
         g_counters.eviction_bytes.fetch_add(written, std::memory_order_relaxed);
         evicted = true;
       }
       POCL_UNLOCK_OBJ(m);
+      flush_refs(dropped);
     }
     POname(clReleaseMemObject)(m);
   }
   return evicted;
 }
 
-// Called with mem's lock held.
+// Called with mem's lock held (eviction skips locked buffers, this one too).
 cl_int alloc_locked_or_evict(cl_device_id dev, cl_mem mem) {
   for (;;) {
     if (dev->ops->alloc_mem_obj(dev, mem, nullptr) == CL_SUCCESS) return CL_SUCCESS;
-    POCL_UNLOCK_OBJ(mem);
-    bool freed = evict_one(dev, mem);
-    POCL_LOCK_OBJ(mem);
-    if (mem_allocated_at(mem, dev->global_mem_id)) return CL_SUCCESS;  // another thread did it
-    if (!freed) {
+    if (!evict_one(dev, mem)) {
       POCL_MSG_ERR("Failed to allocate %zu bytes on device %s (nothing left to evict)\n", mem->size,
                    dev->short_name);
       return CL_MEM_OBJECT_ALLOCATION_FAILURE;
@@ -272,28 +337,47 @@ cl_int alloc_locked_or_evict(cl_device_id dev, cl_mem mem) {
 
 // ---- one command ------------------------------------------------------------
 
-struct Use {
-  cl_mem mem;
-  ml_use use;
-};
-
+// One buffer of a command: its uses are uses[first, first + count) of the
+// command's scratch, sorted by buffer.
 struct Buffer {
   cl_mem mem;
   BufferState* state;
-  std::vector<ml_use> uses;
+  size_t first;
+  size_t count;
   ml_plan* plan;
-  std::vector<ml_event> copy_events;
+  size_t first_copy;  // its copies' events: copy_events[first_copy, ...)
 };
 
-// Plans are reused per thread: an enqueue allocates nothing once warm.
-ml_plan* thread_plan(size_t i) {
-  thread_local std::vector<Plan> plans;
-  while (plans.size() <= i) {
+// A migration command made under the buffer locks, finished after.
+struct Migration {
+  _cl_command_node* node;
+  cl_command_queue queue;
+  size_t first_wait, wait_count;  // in Scratch::copy_waits
+};
+
+// Per-thread scratch: once warm, an enqueue allocates nothing here. Not
+// used once the migration commands are enqueued: a command run at once may
+// complete, and its callbacks may enqueue on this thread.
+struct Scratch {
+  std::vector<std::pair<cl_mem, ml_use>> entries;
+  std::vector<ml_use> uses;
+  std::vector<Buffer> buffers;
+  std::vector<cl_mem> mems;
+  std::vector<ml_event> copy_events;
+  std::vector<cl_event> copy_waits;
+  std::vector<cl_event> command_waits;
+  std::vector<Plan> plans;
+  DeferredRefs refs;
+};
+thread_local Scratch t_scratch;
+
+ml_plan* scratch_plan(Scratch& s, size_t i) {
+  while (s.plans.size() <= i) {
     ml_plan* p = nullptr;
     if (ml_plan_create(&p) != ML_MIG_OK) return nullptr;
-    plans.emplace_back(p);
+    s.plans.emplace_back(p);
   }
-  return plans[i].get();
+  return s.plans[i].get();
 }
 
 cl_device_id device_at(cl_context ctx, const ContextState& cs, uint32_t location) {
@@ -305,12 +389,11 @@ cl_command_queue queue_at(cl_context ctx, const ContextState& cs, uint32_t locat
   return i < 0 ? nullptr : ctx->default_queues[i];
 }
 
-void unpin_all(std::vector<Buffer>& buffers, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    POCL_LOCK_OBJ(buffers[i].mem);
-    --buffers[i].state->pins;
-    POCL_UNLOCK_OBJ(buffers[i].mem);
-  }
+// Adds e to a wait list unless it is already there or finished: a kernel
+// with 64 arguments written by the previous kernel waits on it once.
+void add_wait(std::vector<cl_event>& waits, size_t from, cl_event e) {
+  if (e == nullptr || event_finished(nullptr, e)) return;
+  if (std::find(waits.begin() + static_cast<std::ptrdiff_t>(from), waits.end(), e) == waits.end()) waits.push_back(e);
 }
 
 }  // namespace
@@ -345,9 +428,10 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
   const uint32_t at = to_host ? kHost : location_of(dev);
 
-  // The buffers, each once in first-use order, with all their uses.
-  std::vector<Buffer> list;
-  list.reserve(num_buffers);
+  // Every use, grouped by buffer in id order (the order buffer locks are
+  // taken in, and the order of the command's buffer list, as in PoCL).
+  Scratch& sc = t_scratch;
+  sc.entries.clear();
   for (size_t i = 0; i < num_buffers; ++i) {
     cl_mem mem = buffers[i];
     ml_use u;
@@ -359,107 +443,109 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
       u = {0, mem->size, readonly_flags[i] ? ML_ACCESS_READ : ML_ACCESS_READ_WRITE};
     }
     if (undefined) u.access = ML_ACCESS_OVERWRITE;
-    auto it = std::find_if(list.begin(), list.end(), [&](const Buffer& b) { return b.mem == mem; });
-    if (it == list.end()) {
-      list.push_back({mem, nullptr, {}, nullptr, {}});
-      it = list.end() - 1;
+    sc.entries.emplace_back(mem, u);
+  }
+  // Insertion sort: a few buffers, and no allocation (std::stable_sort's).
+  for (size_t i = 1; i < sc.entries.size(); ++i)
+    for (size_t j = i; j > 0 && sc.entries[j - 1].first->id > sc.entries[j].first->id; --j)
+      std::swap(sc.entries[j - 1], sc.entries[j]);
+  sc.uses.clear();
+  sc.buffers.clear();
+  sc.mems.clear();
+  for (const auto& [mem, use] : sc.entries) {
+    if (sc.buffers.empty() || sc.buffers.back().mem != mem) {
+      sc.buffers.push_back({mem, nullptr, sc.uses.size(), 0, nullptr, 0});
+      sc.mems.push_back(mem);
     }
-    it->uses.push_back(u);
+    sc.uses.push_back(use);
+    ++sc.buffers.back().count;
+  }
+  std::vector<Buffer>& list = sc.buffers;
+
+  // Phase 1: state and storage on the device (a full device evicts idle
+  // buffers). Failing here leaves nothing behind.
+  for (Buffer& b : list) {
+    b.state = buffer_state(b.mem, &error);
+    POCL_RETURN_ERROR_ON(b.state == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: %s\n", error);
+    if (!to_host && !mem_allocated_at(b.mem, dev->global_mem_id)) {
+      POCL_LOCK_OBJ(b.mem);
+      cl_int err = mem_allocated_at(b.mem, dev->global_mem_id) ? CL_SUCCESS : alloc_locked_or_evict(dev, b.mem);
+      POCL_UNLOCK_OBJ(b.mem);
+      if (err != CL_SUCCESS) return err;
+    }
   }
 
-  // Phase 1: state, storage on the device, and a pin against eviction.
-  for (size_t i = 0; i < list.size(); ++i) {
+  // Phase 2: the command (its user wait list locks events: no buffer lock
+  // may be held).
+  cl_int err = pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list,
+                                          sc.mems.size(), sc.mems.data());
+  if (err != CL_SUCCESS) return err;
+  cl_event final_event = (*cmd)->sync.event.event;
+
+  // Phase 3, under the buffer locks: plan, make the migration commands,
+  // commit. Event locks are not taken here (deferred references, no syncs).
+  for (Buffer& b : list) {
+    POCL_LOCK_OBJ(b.mem);
+    b.state->refs.active = true;
+  }
+  sc.copy_events.clear();
+  sc.copy_waits.clear();
+  sc.command_waits.clear();
+  std::vector<Migration> migrations;  // empty (no allocation) when nothing moves
+  // Plan every buffer first: a failure then leaves nothing recorded. A
+  // buffer evicted by another thread since phase 1 is allocated again.
+  ml_mig_status st = ML_MIG_OK;
+  cl_int alloc_err = CL_SUCCESS;
+  for (size_t i = 0; i < list.size() && st == ML_MIG_OK && alloc_err == CL_SUCCESS; ++i) {
     Buffer& b = list[i];
-    b.state = buffer_state(b.mem, &error);
-    cl_int err = CL_SUCCESS;
-    if (b.state == nullptr) {
-      POCL_MSG_ERR("memlayer migration: %s\n", error);
-      err = CL_OUT_OF_HOST_MEMORY;
-    } else {
-      POCL_LOCK_OBJ(b.mem);
-      if (!to_host && !mem_allocated_at(b.mem, dev->global_mem_id)) err = alloc_locked_or_evict(dev, b.mem);
-      if (err == CL_SUCCESS) ++b.state->pins;
+    if (!to_host && !mem_allocated_at(b.mem, dev->global_mem_id)) {
+      alloc_err = alloc_locked_or_evict(dev, b.mem);
+      if (alloc_err != CL_SUCCESS) break;
+    }
+    b.plan = scratch_plan(sc, i);
+    st = b.plan == nullptr ? ML_MIG_HOST_OUT_OF_MEMORY
+                           : ml_versions_plan(b.state->versions.get(), sc.uses.data() + b.first, b.count, at,
+                                              cs->cost.get(), b.plan);
+    for (size_t c = 0; st == ML_MIG_OK && c < ml_plan_copy_count(b.plan); ++c) {
+      ml_copy copy = ml_plan_copy(b.plan, c);
+      if ((copy.src == kHost || copy.dst == kHost) && !ensure_host_copy(*b.state)) st = ML_MIG_HOST_OUT_OF_MEMORY;
+    }
+  }
+  if (st != ML_MIG_OK || alloc_err != CL_SUCCESS) {
+    // Rare: another thread evicted a buffer since phase 1 and no memory is
+    // left, or (not expected with PoCL's validated ranges) the planner
+    // refused. The command struct stays unenqueued: its event is never
+    // submitted, and nothing was recorded.
+    if (st != ML_MIG_OK)
+      POCL_MSG_ERR("memlayer migration: %s\n",
+                   st == ML_MIG_HOST_OUT_OF_MEMORY ? "no host memory for the host copy" : ml_migration_last_error());
+    for (Buffer& b : list) {
+      take_refs(b.state->refs, sc.refs);
       POCL_UNLOCK_OBJ(b.mem);
     }
-    if (err != CL_SUCCESS) {
-      unpin_all(list, i);
-      return err;
-    }
+    flush_refs(sc.refs);
+    if (alloc_err != CL_SUCCESS) return alloc_err;
+    return st == ML_MIG_HOST_OUT_OF_MEMORY ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
   }
-
-  // Phase 2: plan every buffer under its lock, taken in id order. A failed
-  // plan leaves nothing behind.
-  std::vector<Buffer*> order;
-  order.reserve(list.size());
-  for (Buffer& b : list) order.push_back(&b);
-  std::sort(order.begin(), order.end(), [](const Buffer* a, const Buffer* b) { return a->mem->id < b->mem->id; });
-  for (Buffer* b : order) POCL_LOCK_OBJ(b->mem);
-  auto unlock_all = [&] {
-    for (Buffer* b : order) {
-      --b->state->pins;
-      POCL_UNLOCK_OBJ(b->mem);
-    }
-  };
-  for (size_t i = 0; i < list.size(); ++i) {
-    Buffer& b = list[i];
-    b.plan = thread_plan(i);
-    ml_mig_status st = b.plan == nullptr ? ML_MIG_HOST_OUT_OF_MEMORY
-                                         : ml_versions_plan(b.state->versions.get(), b.uses.data(), b.uses.size(),
-                                                            at, cs->cost.get(), b.plan);
-    bool host_ok = true;
-    if (st == ML_MIG_OK) {
-      for (size_t c = 0; c < ml_plan_copy_count(b.plan) && host_ok; ++c) {
-        ml_copy copy = ml_plan_copy(b.plan, c);
-        if (copy.src == kHost || copy.dst == kHost) host_ok = ensure_host_copy(*b.state);
-      }
-    }
-    if (st != ML_MIG_OK || !host_ok) {
-      unlock_all();
-      POCL_RETURN_ERROR_ON(1, st == ML_MIG_HOST_OUT_OF_MEMORY || !host_ok ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES,
-                           "memlayer migration: %s\n",
-                           host_ok ? ml_migration_last_error() : "no host memory for the host copy");
-    }
-  }
-
-  // Phase 3: the command itself, then its migrations.
-  std::vector<cl_mem> mems;
-  mems.reserve(list.size());
-  for (const Buffer& b : list) mems.push_back(b.mem);
-  cl_int err = pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list,
-                                          mems.size(), mems.data());
-  if (err != CL_SUCCESS) {
-    unlock_all();
-    return err;
-  }
-  cl_event final_event = (*cmd)->sync.event.event;
-  std::vector<_cl_command_node*> migrations;
-  std::vector<cl_command_queue> migration_queues;
-  for (size_t i = 0; i < list.size(); ++i) {
-    Buffer& b = list[i];
+  for (Buffer& b : list) {
+    const ml_use* u = sc.uses.data() + b.first;
+    const size_t n = ml_plan_copy_count(b.plan);
     // Held until the command finishes (pocl_free_event_memobjs); an unmap
     // releases the reference its map took.
     if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT) POCL_RETAIN_OBJECT_UNLOCKED(b.mem);
 
-    const size_t n = ml_plan_copy_count(b.plan);
-    b.copy_events.assign(n, nullptr);
+    b.first_copy = sc.copy_events.size();
     for (size_t c = 0; c < n; ++c) {
       ml_copy copy = ml_plan_copy(b.plan, c);
       // A copy into a device runs on that device (H2D, or D2D through its
-      // driver); a copy to the host on the source device.
-      uint32_t runs_at = copy.dst != kHost ? copy.dst : copy.src;
-      cl_command_queue q = queue_at(ctx, *cs, runs_at);
-      std::vector<cl_event> waits;
-      for (size_t w = 0; w < copy.wait_count; ++w) waits.push_back(static_cast<cl_event>(copy.wait[w]));
-      if (copy.after >= 0) waits.push_back(static_cast<cl_event>(b.copy_events[copy.after]));
+      // driver); a copy to the host runs on the source device.
+      cl_command_queue q = queue_at(ctx, *cs, copy.dst != kHost ? copy.dst : copy.src);
       _cl_command_node* node = nullptr;
       cl_event ev = nullptr;
-      err = pocl_create_command_struct(&node, q, CL_COMMAND_MIGRATE_MEM_OBJECTS, &ev,
-                                       static_cast<cl_uint>(waits.size()), waits.empty() ? nullptr : waits.data(), 1,
-                                       &b.mem);
-      if (err != CL_SUCCESS) {
-        // Host memory ran out in the middle: PoCL's own engine asserts
-        // here. Commands already made cannot be unmade; fail loudly.
-        POCL_ABORT("memlayer migration: cannot create a migration command (%d)\n", err);
+      if (pocl_create_command_struct(&node, q, CL_COMMAND_MIGRATE_MEM_OBJECTS, &ev, 0, nullptr, 1, &b.mem) !=
+          CL_SUCCESS) {
+        // Host memory ran out mid-command: PoCL's own engine asserts here.
+        POCL_ABORT("memlayer migration: cannot create a migration command\n");
       }
       POCL_RETAIN_OBJECT_UNLOCKED(b.mem);  // released when the copy finishes
       _cl_command_migrate& m = node->command.migrate;
@@ -478,22 +564,37 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
         m.src_id = &ids[m.src_device->global_mem_id];
         m.dst_id = &ids[device_at(ctx, *cs, copy.dst)->global_mem_id];
       }
-      b.copy_events[c] = ev;
-      pocl_create_event_sync(final_event, ev);
-      migrations.push_back(node);
-      migration_queues.push_back(q);
+      const size_t first_wait = sc.copy_waits.size();
+      for (size_t w = 0; w < copy.wait_count; ++w)
+        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(copy.wait[w]));
+      if (copy.after >= 0)
+        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(sc.copy_events[b.first_copy + copy.after]));
+      migrations.push_back({node, q, first_wait, sc.copy_waits.size() - first_wait});
+      sc.copy_events.push_back(ev);
+      add_wait(sc.command_waits, 0, ev);
     }
     const ml_event* waits = ml_plan_waits(b.plan);
     for (size_t w = 0; w < ml_plan_wait_count(b.plan); ++w)
-      pocl_create_event_sync(final_event, static_cast<cl_event>(waits[w]));
-    ml_versions_commit(b.state->versions.get(), b.plan, b.copy_events.data(), n, b.uses.data(), b.uses.size(), at,
+      add_wait(sc.command_waits, 0, static_cast<cl_event>(waits[w]));
+    // Commit cannot fail here: same plan, same uses, one event per copy.
+    ml_versions_commit(b.state->versions.get(), b.plan, sc.copy_events.data() + b.first_copy, n, u, b.count, at,
                        final_event);
   }
-  unlock_all();
+  for (Buffer& b : list) {
+    take_refs(b.state->refs, sc.refs);
+    POCL_UNLOCK_OBJ(b.mem);
+  }
 
-  for (size_t i = 0; i < migrations.size(); ++i) {
-    cl_event ev = migrations[i]->sync.event.event;
-    pocl_command_enqueue(migration_queues[i], migrations[i]);
+  // Phase 4, no buffer locked: dependencies, references, then the copies.
+  // Every event named here is alive: releases are still deferred.
+  for (const Migration& m : migrations)
+    for (size_t w = 0; w < m.wait_count; ++w)
+      pocl_create_event_sync(m.node->sync.event.event, sc.copy_waits[m.first_wait + w]);
+  for (cl_event w : sc.command_waits) pocl_create_event_sync(final_event, w);
+  flush_refs(sc.refs);
+  for (const Migration& m : migrations) {
+    cl_event ev = m.node->sync.event.event;
+    pocl_command_enqueue(m.queue, m.node);
     POname(clReleaseEvent)(ev);  // ours from event_p; the planner holds its own
   }
   return CL_SUCCESS;

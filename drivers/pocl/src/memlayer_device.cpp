@@ -71,7 +71,8 @@ drivers::DevResult<std::unique_ptr<ComputeUnit>> MemlayerDevice::make_compute_un
                                               params_.local_mem);
   if (!local.ok()) return memory_.name() + " local memory: " + local.error().message();
   auto cu = std::make_unique<ComputeUnit>(
-      ComputeUnit{std::move(block).value(), std::move(local).value(), std::vector<std::byte>(device_->printf_buffer_size)});
+      ComputeUnit{std::move(block).value(), std::move(local).value(), std::vector<std::byte>(device_->printf_buffer_size),
+                  {}, {}});
   return cu;
 }
 

@@ -17,7 +17,9 @@
  * changes nothing.
  *
  * Thread-safety: an ml_versions is not synchronised; the runtime serialises
- * plan + commit per buffer (e.g. under the buffer's lock). ml_cost_model is
+ * plan + commit per buffer (e.g. under the buffer's lock). An ml_plan is
+ * used by one thread at a time, commit included (it reuses the plan's
+ * scratch, so planning allocates nothing once warm). ml_cost_model is
  * read-only while planning. ml_migration_last_error() is per thread.
  */
 #ifndef MEMLAYER_MIGRATION_H
