@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -256,6 +257,70 @@ TEST_F(TwoDevices, DisjointHalvesWrittenConcurrently) {
     EXPECT_EQ(std::count(v.begin(), v.begin() + kHalf, 0x11), static_cast<long>(kHalf)) << "device " << d;
     EXPECT_EQ(std::count(v.begin() + kHalf, v.end(), 0x22), static_cast<long>(kHalf)) << "device " << d;
   }
+}
+
+// Four host threads enqueue at once, each on its own queue (two per
+// device) and its own quarter of two shared parents: kernels, writes, fills,
+// reads of its quarter and of the whole parent. Planning under the buffers'
+// locks, eviction-free; each thread checks its quarter against its model.
+TEST_F(TwoDevices, HostThreadsOnDisjointQuartersOfSharedBuffers) {
+  constexpr int kThreads = 4;
+  constexpr std::size_t kQuarter = 16 << 10;
+  std::vector<std::uint8_t> zero(kThreads * kQuarter, 0);
+  Mem parents[2] = {buffer(zero.size(), zero.data()), buffer(zero.size(), zero.data())};
+  std::vector<Mem> quarters;
+  for (auto& p : parents)
+    for (int t = 0; t < kThreads; ++t) quarters.push_back(sub_buffer(p.get(), t * kQuarter, kQuarter));
+  std::vector<std::string> failures(kThreads);
+  auto work = [&](int t) {
+    cl_int err = CL_SUCCESS;
+    Queue q(clCreateCommandQueueWithProperties(ctx_.get(), devices_[t % 2], nullptr, &err));
+    Kernel k(clCreateKernel(program_.get(), "or_tag", &err));
+    std::vector<std::uint8_t> model[2] = {std::vector<std::uint8_t>(kQuarter, 0),
+                                          std::vector<std::uint8_t>(kQuarter, 0)};
+    std::mt19937 rng(100 + t);
+    for (int i = 0; i < 150 && failures[t].empty(); ++i) {
+      const int p = static_cast<int>(rng() % 2);
+      cl_mem mine = quarters[p * kThreads + t].get();
+      const auto tag = static_cast<std::uint8_t>(1u << (rng() % 8));
+      std::vector<std::uint8_t> got(kQuarter);
+      switch (rng() % 4) {
+        case 0: {
+          std::size_t global = kQuarter;
+          clSetKernelArg(k.get(), 0, sizeof mine, &mine);
+          clSetKernelArg(k.get(), 1, sizeof tag, &tag);
+          err = clEnqueueNDRangeKernel(q.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr);
+          for (auto& b : model[p]) b |= tag;
+          break;
+        }
+        case 1: {
+          std::vector<std::uint8_t> v(kQuarter, tag);
+          err = clEnqueueWriteBuffer(q.get(), mine, CL_TRUE, 0, kQuarter, v.data(), 0, nullptr, nullptr);
+          model[p] = v;
+          break;
+        }
+        case 2:
+          err = clEnqueueReadBuffer(q.get(), mine, CL_TRUE, 0, kQuarter, got.data(), 0, nullptr, nullptr);
+          if (err == CL_SUCCESS && got != model[p]) failures[t] = "quarter read differs at step " + std::to_string(i);
+          break;
+        default: {  // the whole parent: only this thread's quarter is known
+          std::vector<std::uint8_t> all(kThreads * kQuarter);
+          err = clEnqueueReadBuffer(q.get(), parents[p].get(), CL_TRUE, 0, all.size(), all.data(), 0, nullptr,
+                                    nullptr);
+          if (err == CL_SUCCESS &&
+              !std::equal(model[p].begin(), model[p].end(), all.begin() + static_cast<long>(t * kQuarter)))
+            failures[t] = "parent read differs at step " + std::to_string(i);
+          break;
+        }
+      }
+      if (err != CL_SUCCESS) failures[t] = "OpenCL error " + std::to_string(err) + " at step " + std::to_string(i);
+    }
+    clFinish(q.get());
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(work, t);
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t];
 }
 
 }  // namespace

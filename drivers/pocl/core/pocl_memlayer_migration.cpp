@@ -64,14 +64,13 @@ using Versions = std::unique_ptr<ml_versions, VersionsDeleter>;
 
 // ---- how the planner holds PoCL events --------------------------------------
 //
-// Retaining or releasing a cl_event takes the event's lock. The planner
-// does both while a buffer's lock is held, and PoCL runs event callbacks
-// (which may enqueue, locking buffers) under an event's lock; so while a
-// buffer is locked for planning, its retains and releases are only recorded
-// (in the buffer's state: the callbacks' context), moved to the enqueuing
-// thread before the unlock, and done after. Deferring is safe: a deferred
-// release keeps the event alive a little longer, and every retained event
-// is alive (its creator or the planner holds it) until the retains are done.
+// The planner retains and releases cl_events (each takes the event's lock)
+// while a buffer's lock is held. While a buffer is locked for planning,
+// they are recorded in the buffer's state (the callbacks' context): the
+// retains are applied in runs before the buffer is unlocked, so no other
+// thread can drop an event first; the releases after, which only keeps an
+// event alive a little longer. A command's 64 buffers then take one lock
+// for its event, not 64.
 
 struct DeferredRefs {
   bool active = false;
@@ -98,12 +97,15 @@ int event_finished(void*, ml_event e) {
   return __atomic_load_n(&static_cast<cl_event>(e)->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
 }
 
-// Under the buffer's lock: moves its recorded references to `out`.
+void apply_refs(std::vector<ml_event>& events, bool retain);
+
+// Under the buffer's lock, before unlocking it: applies its recorded
+// retains, and moves its recorded releases to `out` (applied by
+// flush_refs once no buffer is locked).
 void take_refs(DeferredRefs& from, DeferredRefs& out) {
   from.active = false;
-  out.retains.insert(out.retains.end(), from.retains.begin(), from.retains.end());
+  apply_refs(from.retains, true);
   out.releases.insert(out.releases.end(), from.releases.begin(), from.releases.end());
-  from.retains.clear();
   from.releases.clear();
 }
 
@@ -128,11 +130,8 @@ void apply_refs(std::vector<ml_event>& events, bool retain) {
   events.clear();
 }
 
-// With no buffer locked: retains first, so no event dies in between.
-void flush_refs(DeferredRefs& refs) {
-  apply_refs(refs.retains, true);
-  apply_refs(refs.releases, false);
-}
+// With no buffer locked: the releases take_refs collected.
+void flush_refs(DeferredRefs& refs) { apply_refs(refs.releases, false); }
 
 // ---- per-context state: where each location lives, and link costs ----------
 
@@ -580,13 +579,19 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     ml_versions_commit(b.state->versions.get(), b.plan, sc.copy_events.data() + b.first_copy, n, u, b.count, at,
                        final_event);
   }
+  // The events the syncs below name are kept alive across the unlock:
+  // another thread may then drop the planner's references to them.
+  sc.refs.retains.assign(sc.copy_waits.begin(), sc.copy_waits.end());
+  sc.refs.retains.insert(sc.refs.retains.end(), sc.command_waits.begin(), sc.command_waits.end());
+  sc.refs.releases.assign(sc.refs.retains.begin(), sc.refs.retains.end());
+  apply_refs(sc.refs.retains, true);
   for (Buffer& b : list) {
     take_refs(b.state->refs, sc.refs);
     POCL_UNLOCK_OBJ(b.mem);
   }
 
-  // Phase 4, no buffer locked: dependencies, references, then the copies.
-  // Every event named here is alive: releases are still deferred.
+  // Phase 4, no buffer locked: dependencies, deferred releases, then the
+  // copies.
   for (const Migration& m : migrations)
     for (size_t w = 0; w < m.wait_count; ++w)
       pocl_create_event_sync(m.node->sync.event.event, sc.copy_waits[m.first_wait + w]);
