@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -110,6 +112,38 @@ TEST_F(PoclDevice, FullMemoryWithNothingIdleFailsTheEnqueueCleanlyAndRecovers) {
   // Now the four are idle: the fifth evicts one, and nothing is lost.
   ASSERT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_SUCCESS);
   for (std::uint32_t i = 0; i < 5; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
+}
+
+// Three host threads cycle through more buffers than the device holds:
+// evictions happen while the other threads plan and enqueue, and every
+// read sees what its thread wrote.
+TEST_F(PoclDevice, EvictionWhileOtherThreadsEnqueue) {
+  constexpr std::size_t kBlock = 8 << 20;  // 3 threads x 3 buffers = 72 MiB of 64
+  constexpr int kThreads = 3;
+  std::vector<Mem> bufs;
+  for (int i = 0; i < kThreads * 3; ++i) bufs.push_back(buffer(kBlock));
+  const auto before = migration_stats();
+  std::vector<std::string> failures(kThreads);
+  auto work = [&](int t) {
+    cl_int err = CL_SUCCESS;
+    Queue q(clCreateCommandQueueWithProperties(ctx_.get(), device_, nullptr, &err));
+    std::vector<std::uint32_t> v(kBlock / 4), got(kBlock / 4);
+    for (std::uint32_t i = 0; i < 24 && failures[t].empty(); ++i) {
+      cl_mem m = bufs[t * 3 + i % 3].get();
+      std::iota(v.begin(), v.end(), (t << 24) + i);
+      err = clEnqueueWriteBuffer(q.get(), m, CL_TRUE, 0, kBlock, v.data(), 0, nullptr, nullptr);
+      if (err == CL_SUCCESS) err = clEnqueueReadBuffer(q.get(), m, CL_TRUE, 0, kBlock, got.data(), 0, nullptr, nullptr);
+      if (err != CL_SUCCESS)
+        failures[t] = "OpenCL error " + std::to_string(err) + " at step " + std::to_string(i);
+      else if (got != v)
+        failures[t] = "read differs at step " + std::to_string(i);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(work, t);
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t];
+  EXPECT_GE(migration_stats().evictions - before.evictions, 1u);
 }
 
 TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
