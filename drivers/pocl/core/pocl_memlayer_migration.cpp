@@ -388,10 +388,17 @@ cl_command_queue queue_at(cl_context ctx, const ContextState& cs, uint32_t locat
   return i < 0 ? nullptr : ctx->default_queues[i];
 }
 
-// Adds e to a wait list unless it is already there or finished: a kernel
-// with 64 arguments written by the previous kernel waits on it once.
-void add_wait(std::vector<cl_event>& waits, size_t from, cl_event e) {
+// Adds e to the wait list of a command for `queue` unless the command
+// waits on it anyway: already listed (a kernel with 64 arguments written by
+// the previous kernel waits on it once), finished, or the last command
+// enqueued on the same in-order queue (the queue orders them; an event
+// becomes a queue's last only once enqueued there, so a stale read only
+// costs a redundant dependency).
+void add_wait(std::vector<cl_event>& waits, size_t from, cl_event e, cl_command_queue queue) {
   if (e == nullptr || event_finished(nullptr, e)) return;
+  if (e->queue == queue && (queue->properties & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0 &&
+      __atomic_load_n(&queue->last_event.event, __ATOMIC_ACQUIRE) == e)
+    return;
   if (std::find(waits.begin() + static_cast<std::ptrdiff_t>(from), waits.end(), e) == waits.end()) waits.push_back(e);
 }
 
@@ -565,16 +572,16 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
       }
       const size_t first_wait = sc.copy_waits.size();
       for (size_t w = 0; w < copy.wait_count; ++w)
-        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(copy.wait[w]));
+        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(copy.wait[w]), q);
       if (copy.after >= 0)
-        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(sc.copy_events[b.first_copy + copy.after]));
+        add_wait(sc.copy_waits, first_wait, static_cast<cl_event>(sc.copy_events[b.first_copy + copy.after]), q);
       migrations.push_back({node, q, first_wait, sc.copy_waits.size() - first_wait});
       sc.copy_events.push_back(ev);
-      add_wait(sc.command_waits, 0, ev);
+      add_wait(sc.command_waits, 0, ev, command_queue);
     }
     const ml_event* waits = ml_plan_waits(b.plan);
     for (size_t w = 0; w < ml_plan_wait_count(b.plan); ++w)
-      add_wait(sc.command_waits, 0, static_cast<cl_event>(waits[w]));
+      add_wait(sc.command_waits, 0, static_cast<cl_event>(waits[w]), command_queue);
     // Commit cannot fail here: same plan, same uses, one event per copy.
     ml_versions_commit(b.state->versions.get(), b.plan, sc.copy_events.data() + b.first_copy, n, u, b.count, at,
                        final_event);
