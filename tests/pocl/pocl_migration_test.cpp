@@ -323,4 +323,58 @@ TEST_F(TwoDevices, HostThreadsOnDisjointQuartersOfSharedBuffers) {
   for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t];
 }
 
+// What moves, counted by the engine's statistics: writes that cover their
+// range move nothing; a sub-buffer moves only its own bytes.
+TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
+  constexpr std::size_t kSize = 1 << 20;
+  std::vector<std::uint8_t> init(kSize, 3);
+  Mem m = buffer(kSize, init.data());
+  ASSERT_EQ(read<std::uint8_t>(0, m.get(), kSize)[0], 3);  // valid on device 0 (and the host)
+  cl_mem h = m.get();
+  const std::uint8_t tag = 0x40;
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof h, &h));
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
+  std::size_t global = kSize;
+  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(queue_[0].get()));  // now only device 0 holds the newest bytes
+  cl_command_queue q1 = queue_[1].get();
+
+  migration_stats(true);
+  std::vector<std::uint8_t> data(kSize, 9);
+  CL_CHECK(clEnqueueWriteBuffer(q1, m.get(), CL_TRUE, 0, kSize, data.data(), 0, nullptr, nullptr));
+  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a whole-buffer write";
+  const std::uint8_t pattern = 5;
+  CL_CHECK(clEnqueueFillBuffer(queue_[0].get(), m.get(), &pattern, 1, 0, kSize, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(queue_[0].get()));
+  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a whole-buffer fill";
+  cl_int err = CL_SUCCESS;
+  auto* p = static_cast<std::uint8_t*>(clEnqueueMapBuffer(q1, m.get(), CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
+                                                          kSize, 0, nullptr, nullptr, &err));
+  CL_CHECK(err);
+  std::fill(p, p + kSize, 7);
+  CL_CHECK(clEnqueueUnmapMemObject(q1, m.get(), p, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(q1));
+  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a write-invalidate map";
+
+  // Device 1 holds everything; a kernel on a 64 KiB sub-buffer on device 0
+  // brings over those 64 KiB, and reading them back costs nothing more.
+  constexpr std::size_t kSub = 64 << 10;
+  Mem sub = sub_buffer(m.get(), kSize / 2, kSub);
+  cl_mem s = sub.get();
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof s, &s));
+  global = kSub;
+  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(queue_[0].get()));
+  const auto moved = migration_stats(true);
+  EXPECT_EQ(moved.bytes(), kSub) << "d2h " << moved.d2h_bytes << " h2d " << moved.h2d_bytes << " d2d "
+                                 << moved.d2d_bytes;
+  auto v = read<std::uint8_t>(0, s, kSub);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 7 | 0x40), static_cast<long>(kSub));
+  EXPECT_EQ(migration_stats(true).bytes(), 0u);
+  // The whole parent on device 0: the other bytes come from device 1.
+  auto all = read<std::uint8_t>(0, m.get(), kSize);
+  EXPECT_EQ(migration_stats(true).bytes(), kSize - kSub);
+  EXPECT_EQ(std::count(all.begin(), all.end(), 7), static_cast<long>(kSize - kSub));
+}
+
 }  // namespace
