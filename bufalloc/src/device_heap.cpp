@@ -24,6 +24,9 @@ Error invalid(Size size = 0) { return Error{Errc::invalid_argument, size, 0, 0, 
 }  // namespace
 
 struct DeviceHeap::Segment {
+  // A constructor, not aggregate init: clang 14 lacks C++20 parenthesised aggregate init for make_unique.
+  Segment(Address b, Size s, Region r, bool init, Clock::time_point since)
+      : base(b), size(s), region(std::move(r)), initial(init), empty_since(since) {}
   Address base;
   Size size;
   Region region;
