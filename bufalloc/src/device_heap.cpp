@@ -126,11 +126,15 @@ void DeviceHeap::release_segment(Segment* s) {
   segments_.erase(std::find_if(segments_.begin(), segments_.end(), [s](const auto& p) { return p.get() == s; }));
 }
 
+bool DeviceHeap::releasable(const Segment& s) const {
+  return s.empty() && (!native_.releasable || native_.releasable(s.base, s.size));
+}
+
 // Releases the empty segments `which` selects, oldest-empty first.
 Size DeviceHeap::release_empty(std::function<bool(const Segment&)> which, bool count_as_trim) {
   std::vector<Segment*> empty;
   for (auto& s : segments_)
-    if (s->empty()) empty.push_back(s.get());
+    if (releasable(*s)) empty.push_back(s.get());
   std::sort(empty.begin(), empty.end(), [](const Segment* a, const Segment* b) { return a->empty_since < b->empty_since; });
   Size released = 0;
   for (Segment* s : empty) {
@@ -167,7 +171,7 @@ Result<Address> DeviceHeap::allocate(Size size, Size alignment) {
     for (;;) {
       Segment* smallest = nullptr;
       for (auto& s : segments_)
-        if (s->empty() && (smallest == nullptr || s->size < smallest->size)) smallest = s.get();
+        if (releasable(*s) && (smallest == nullptr || s->size < smallest->size)) smallest = s.get();
       if (smallest == nullptr) break;
       release_segment(smallest);
       ++counters_.retries;

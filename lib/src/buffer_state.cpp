@@ -41,8 +41,8 @@ BufferState::~BufferState() {
     if (!inst.allocated) continue;
     DeviceState* dev = context_->by_location[loc];
     std::lock_guard mem(dev->memory_mutex);
-    (void)dev->region->free(inst.address);
     dev->driver().on_free(inst.address, size_);
+    dev->memory->free(inst.address);
   }
 }
 

@@ -24,7 +24,8 @@ bool more_than_one(std::uint32_t bits) { return (bits & (bits - 1)) != 0; }
 
 }  // namespace
 
-Result<std::shared_ptr<Context>> Context::create(std::vector<std::unique_ptr<DeviceDriver>> devices) {
+Result<std::shared_ptr<Context>> Context::create(std::vector<std::unique_ptr<DeviceDriver>> devices,
+                                                 const ContextOptions& options) {
   if (devices.empty()) return Status::error(cl::kInvalidValue, "create context: no devices");
   unsigned own_memory = 0;
   for (std::size_t i = 0; i < devices.size(); ++i) {
@@ -42,8 +43,10 @@ Result<std::shared_ptr<Context>> Context::create(std::vector<std::unique_ptr<Dev
     std::unique_ptr<ContextState> owned(state);
     if (detail::on_worker_thread()) std::thread([doomed = std::move(owned)]() mutable { doomed.reset(); }).detach();
   };
-  return std::make_shared<Context>(
-      std::shared_ptr<ContextState>(std::make_unique<ContextState>(std::move(devices)).release(), destroy));
+  auto state = std::shared_ptr<ContextState>(std::make_unique<ContextState>(std::move(devices), options).release(), destroy);
+  for (const auto& dev : state->devices)
+    if (!dev->memory->setup_error().empty()) return Status::error(cl::kInvalidValue, "create context: " + dev->memory->setup_error());
+  return std::make_shared<Context>(std::move(state));
 }
 
 Context::Context(std::shared_ptr<ContextState> state) : state_(std::move(state)) {}
@@ -135,7 +138,8 @@ ContextStats Context::stats() const {
   s.write_backs = state_->write_backs;
   for (const auto& dev : state_->devices) {
     std::lock_guard mem(dev->memory_mutex);
-    s.devices.push_back(dev->region ? dev->region->stats() : bufalloc::RegionStats{});
+    s.devices.push_back(dev->memory->region_stats());
+    s.heaps.push_back(dev->memory->heap_stats());
   }
   return s;
 }

@@ -41,7 +41,7 @@ void Instance::add_user(const EventPtr& e) {
   users.push_back(e);
 }
 
-ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers) {
+ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options) {
   event_ops.retain = [](void*, migration::Event e) { static_cast<EventState*>(e)->planner_retain(); };
   event_ops.release = [](void*, migration::Event e) { static_cast<EventState*>(e)->planner_release(); };
   event_ops.finished = [](void*, migration::Event e) { return static_cast<EventState*>(e)->status() <= cl::kComplete; };
@@ -50,7 +50,7 @@ ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers) {
     const bool shared = driver->info().shares_host_memory;
     const Location loc = shared ? kHost : static_cast<Location>(by_location.size());
     const LinkCost host_link = driver->host_link();
-    devices.push_back(std::make_unique<DeviceState>(std::move(driver), loc));
+    devices.push_back(std::make_unique<DeviceState>(std::move(driver), loc, options.device_heap));
     if (!shared) {
       by_location.push_back(devices.back().get());
       cost.set_host_link(loc, {host_link.latency_s, host_link.bytes_per_s});
@@ -140,20 +140,21 @@ class Enqueue {
     for (BufferState* p : fresh_) {
       Instance& inst = p->instances[spec_.at];
       std::lock_guard mem(dev->memory_mutex);
-      (void)dev->region->free(inst.address);
-      dev->driver().on_free(inst.address, p->size());
+      dev->driver().on_free(inst.address, p->size());  // before the heap may hand the segment back
+      dev->memory->free(inst.address);
       inst = Instance{};
     }
   }
 
   Status allocate_instance(DeviceState& dev, BufferState& p) {
     std::lock_guard mem(dev.memory_mutex);
-    if (!dev.region) return Status::error(cl::kMemObjectAllocationFailure, dev.info().name + ": no global memory");
+    if (!dev.memory->usable())
+      return Status::error(cl::kMemObjectAllocationFailure, dev.info().name + ": no global memory");
     for (;;) {
-      auto r = dev.region->allocate(p.size(), dev.info().base_alignment);
+      auto r = dev.memory->allocate(p.size(), dev.info().base_alignment);
       if (r.ok()) {
         if (Status s = dev.driver().on_allocate(r.value(), p.size()); !s.ok()) {
-          (void)dev.region->free(r.value());
+          dev.memory->free(r.value());
           return s;
         }
         Instance& inst = p.instances[dev.location()];
@@ -161,10 +162,7 @@ class Enqueue {
         inst.address = r.value();
         inst.last_use = ctx_.next_tick();
         // Placed over storage an eviction freed, maybe still being read out?
-        std::erase_if(dev.quarantine, [](const auto& q) { return q.fence->status() <= cl::kComplete; });
-        inst.fences.clear();
-        for (const auto& q : dev.quarantine)
-          if (q.address < r.value() + p.size() && r.value() < q.address + q.size) inst.fences.push_back(q.fence);
+        inst.fences = dev.memory->fences_over(r.value(), p.size());
         std::lock_guard res(ctx_.residents_mutex);
         ctx_.residents.try_emplace(&p, p.weak_from_this());
         return {};
@@ -238,9 +236,8 @@ class Enqueue {
     append(l.deps, inst.users);
     append(l.deps, inst.fences);
     launches_.push_back(std::move(l));
-    (void)dev.region->free(inst.address);
     dev.driver().on_free(inst.address, victim->size());
-    dev.quarantine.push_back({inst.address, victim->size(), fence->event});
+    dev.memory->free_after(inst.address, victim->size(), fence->event);
     inst = Instance{};
     ++ctx_.evictions;
     if (!plan.copies.empty()) ++ctx_.write_backs;

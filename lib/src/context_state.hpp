@@ -51,7 +51,7 @@ struct QueueState {
 
 class ContextState : public std::enable_shared_from_this<ContextState> {
  public:
-  explicit ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers);
+  ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options);
 
   std::vector<std::unique_ptr<DeviceState>> devices;
   migration::LinkCostModel cost;

@@ -10,14 +10,11 @@ thread_local bool worker_thread = false;
 
 bool on_worker_thread() { return worker_thread; }
 
-DeviceState::DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location)
+DeviceState::DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location,
+                         const bufalloc::HeapOptions& heap_options)
     : driver_(std::move(driver)), location_(location) {
   const DeviceInfo& info = driver_->info();
-  if (!info.shares_host_memory) {
-    auto made = bufalloc::Region::create(driver_->memory_base(), info.global_mem_size,
-                                         bufalloc::RegionOptions{info.base_alignment});
-    if (made) region.emplace(std::move(made).value());
-  }
+  memory = std::make_unique<GlobalMemory>(*driver_, heap_options);
   const unsigned n = info.worker_threads == 0 ? 1 : info.worker_threads;
   for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -29,6 +26,7 @@ DeviceState::~DeviceState() {
   }
   queue_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  memory.reset();  // before the driver goes: it takes the segments back
 }
 
 void DeviceState::push(std::shared_ptr<CommandNode> node) {

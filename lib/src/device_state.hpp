@@ -1,5 +1,5 @@
 // One device as the runtime sees it: its driver, its location for the
-// migration planner, its global memory's Region, and the worker threads that
+// migration planner, its global memory, and the worker threads that
 // run its commands.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "event_state.hpp"
-#include "memlayer/bufalloc/region.hpp"
+#include "global_memory.hpp"
 #include "memlayer/migration/location.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 
@@ -22,7 +22,8 @@ bool on_worker_thread();
 
 class DeviceState {
  public:
-  DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location);
+  DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location,
+              const bufalloc::HeapOptions& heap_options);
   ~DeviceState();  // drains nothing: the context waits for its work first
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
@@ -35,17 +36,10 @@ class DeviceState {
   /// Hands a ready node to the workers.
   void push(std::shared_ptr<CommandNode> node);
 
-  // Global memory. The mutex guards the region and the quarantine.
+  // Global memory, guarded by the mutex. The destructor drops it before the
+  // driver: it gives its segments back to the driver.
   std::mutex memory_mutex;
-  std::optional<bufalloc::Region> region;  // absent for host-memory devices
-  /// Storage freed by an eviction while its last users (and the write-back)
-  /// may still run: whatever is placed over it next must wait for `fence`.
-  struct Quarantine {
-    DeviceAddress address;
-    std::uint64_t size;
-    std::shared_ptr<EventState> fence;
-  };
-  std::vector<Quarantine> quarantine;
+  std::unique_ptr<GlobalMemory> memory;
 
  private:
   void worker_loop(unsigned index);

@@ -53,7 +53,8 @@ struct NativeDevice {
                              used -= size;
                              ++releases;
                              released_bytes += size;
-                           }};
+                           },
+                           {}};
   }
 };
 
@@ -143,6 +144,34 @@ TEST(DeviceHeap, TrimReleasesExactlyWhatItSays) {
   EXPECT_EQ(heap->trim_idle(std::chrono::nanoseconds(0)), 1 * MiB);
   EXPECT_EQ(dev.used, 1 * MiB);  // the live block's segment
   EXPECT_EQ(heap->trim(), 0u);   // never a segment with live blocks
+}
+
+TEST(DeviceHeap, SegmentsTheRuntimeHoldsBackStayCachedUntilReleasable) {
+  NativeDevice dev(3 * MiB);
+  NativeAllocator native = dev.allocator();
+  std::set<Address> held;  // e.g. storage a write-back may still read
+  native.releasable = [&](Address base, Size) { return held.count(base) == 0; };
+  auto made = DeviceHeap::create(std::move(native), segments_of(1 * MiB, 0));
+  ASSERT_TRUE(made.ok());
+  auto heap = std::move(made).value();
+  const Address a = heap->allocate(1 * MiB).value();
+  const Address b = heap->allocate(1 * MiB).value();
+  held.insert(a);
+  ASSERT_TRUE(heap->free(a).ok());
+  ASSERT_TRUE(heap->free(b).ok());
+  EXPECT_EQ(dev.releases, 1) << "cap 0 gives b back at once; a is held";
+  EXPECT_EQ(dev.live.count(a), 1u);
+  EXPECT_EQ(heap->stats().cached_bytes, 1 * MiB);
+  // Held, its space is still the heap's to hand out.
+  EXPECT_EQ(heap->allocate(1 * MiB).value(), a);
+  ASSERT_TRUE(heap->free(a).ok());
+  // The out-of-memory ladder skips it too: 3 MiB cannot fit beside it.
+  EXPECT_EQ(heap->allocate(3 * MiB).error().code, Errc::out_of_memory);
+  EXPECT_EQ(dev.live.count(a), 1u);
+  held.clear();
+  EXPECT_EQ(heap->trim(), 1 * MiB);
+  EXPECT_EQ(dev.live.count(a), 0u);
+  EXPECT_TRUE(heap->allocate(3 * MiB).ok());
 }
 
 TEST(DeviceHeap, IdleSegmentsOlderThanMaxIdleGoBack) {

@@ -267,3 +267,66 @@ TEST(SimDevice, BadOptionsAreRejected) {
   EXPECT_FALSE(SimDevice::create(1, o, out).ok());
   EXPECT_TRUE(out.empty());
 }
+
+TEST(SimDevice, NativeAllocatorHandsOutDisjointAlignedRangesUntilFull) {
+  SimOptions o;
+  o.native_allocator = true;
+  o.native_allocation_cost = {0, 1e15};  // free: this test is about placement
+  auto d = make(1, o);
+  EXPECT_TRUE(d[0]->has_native_allocator());
+  auto a = d[0]->native_allocate(256 << 10);
+  auto b = d[0]->native_allocate(512 << 10);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(*a % o.base_alignment, 0u);
+  EXPECT_EQ(*b % o.base_alignment, 0u);
+  EXPECT_TRUE(*a + (256 << 10) <= *b || *b + (512 << 10) <= *a) << "ranges overlap";
+  // Both lie in device memory: the driver's operations accept them.
+  const auto data = bytes(512 << 10, 3);
+  ASSERT_TRUE(d[0]->write(*b, data.data(), data.size()).ok());
+  EXPECT_FALSE(d[0]->native_allocate(512 << 10)) << "only 256 KiB are left";
+  EXPECT_EQ(d[0]->native_allocations(), 2u);
+  EXPECT_EQ(d[0]->native_bytes(), 768u << 10);
+  d[0]->native_release(*b, 512 << 10);
+  EXPECT_EQ(d[0]->native_bytes(), 256u << 10);
+  EXPECT_TRUE(d[0]->native_allocate(512 << 10)) << "released space is reused";
+  d[0]->native_release(*b + 1, 1);  // not a range it gave out: ignored
+  EXPECT_EQ(d[0]->native_bytes(), 768u << 10);
+}
+
+TEST(SimDevice, NativeAllocationTakesTheCostModelsTime) {
+  SimOptions o;
+  o.native_allocator = true;
+  o.native_allocation_cost = {1e-3, 1e9};  // 1 ms + 1 ms per MB
+  auto d = make(1, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(d[0]->native_allocate(1 << 20));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 1e-3 + (1 << 20) / 1e9);
+}
+
+TEST(SimDevice, NativeAllocatorOffOrFailingGivesNothing) {
+  auto plain = make(1);
+  EXPECT_FALSE(plain[0]->has_native_allocator());
+  EXPECT_FALSE(plain[0]->native_allocate(4096));
+  SimOptions o;
+  o.native_allocator = true;
+  o.native_allocation_cost = {0, 1e15};
+  o.fail_allocation_number = 2;
+  auto d = make(1, o);
+  EXPECT_TRUE(d[0]->native_allocate(4096));
+  EXPECT_FALSE(d[0]->native_allocate(4096)) << "the injected failure";
+  EXPECT_TRUE(d[0]->native_allocate(4096));
+  EXPECT_FALSE(d[0]->native_allocate(2 << 20)) << "larger than the arena";
+}
+
+TEST(SimDevice, BadNativeAllocatorOptionsAreRejected) {
+  std::vector<std::unique_ptr<SimDevice>> out;
+  SimOptions o;
+  o.native_allocator = true;
+  o.native_allocation_cost = {1e-4, 0};
+  EXPECT_NE(SimDevice::create(1, o, out).message.find("native_allocation_cost"), std::string::npos);
+  o.native_allocation_cost = {1e-4, 1e9};
+  o.memory_size = (1 << 20) + 1;
+  EXPECT_NE(SimDevice::create(1, o, out).message.find("multiple of base_alignment"), std::string::npos);
+  EXPECT_TRUE(out.empty());
+}

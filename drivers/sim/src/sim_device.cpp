@@ -34,6 +34,12 @@ Status SimDevice::create(unsigned count, const SimOptions& options, std::vector<
     return Status::error(kInvalidValue, "sim: worker_threads and compute_units must be > 0");
   if (options.transfer_failure_probability < 0 || options.transfer_failure_probability > 1)
     return Status::error(kInvalidValue, "sim: transfer_failure_probability must be in [0, 1]");
+  if (options.native_allocator) {
+    if (!(options.native_allocation_cost.bytes_per_s > 0) || !(options.native_allocation_cost.latency_s >= 0))
+      return Status::error(kInvalidValue, "sim: native_allocation_cost needs latency >= 0 and bandwidth > 0");
+    if (options.memory_size % options.base_alignment != 0)
+      return Status::error(kInvalidValue, "sim: with native_allocator, memory_size must be a multiple of base_alignment");
+  }
   const int nodes = DeviceArena::numa_node_count();
   if (count == 0) count = static_cast<unsigned>(nodes);
   std::vector<std::unique_ptr<SimDevice>> made;
@@ -57,6 +63,33 @@ SimDevice::SimDevice(Key, DeviceArena arena, unsigned index, const SimOptions& o
   info_.compute_units = options.compute_units;
   info_.worker_threads = options.worker_threads;
   info_.numa_node = arena_.numa_node();
+  if (options.native_allocator) {
+    auto region = bufalloc::LockedRegion::create(base_, options.memory_size, bufalloc::RegionOptions{options.base_alignment});
+    if (region) native_.emplace(std::move(region).value());
+  }
+}
+
+std::optional<DeviceAddress> SimDevice::native_allocate(std::uint64_t size) {
+  if (!native_) return std::nullopt;
+  const std::uint64_t n = allocations_.fetch_add(1) + 1;
+  if (options_.fail_allocation_number != 0 && n == options_.fail_allocation_number) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto placed = native_->allocate(size);
+  if (!placed) return std::nullopt;
+  // Busy-wait, not sleep: a native allocator keeps the calling thread busy
+  // (the driver's bookkeeping, page-table updates), and sleeping would let
+  // benchmarks overlap what a real one would not.
+  const auto due = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(options_.native_allocation_cost.seconds(size)));
+  while (std::chrono::steady_clock::now() < due) {
+  }
+  ++native_calls_;
+  native_bytes_ += size;
+  return placed.value();
+}
+
+void SimDevice::native_release(DeviceAddress address, std::uint64_t size) {
+  if (native_ && native_->free(address)) native_bytes_ -= size;
 }
 
 void SimDevice::on_worker_start(unsigned) {

@@ -49,6 +49,12 @@ struct NativeAllocator {
   std::function<std::optional<Address>(Size size)> allocate;
   /// Gives back a segment allocate() returned.
   std::function<void(Address base, Size size)> release;
+  /// Optional: whether an empty segment may go back now. A runtime whose
+  /// freed storage can still be read by work in flight (an eviction's
+  /// write-back) says no until that work is done; the segment then stays
+  /// cached, its space reusable, and goes back at a later free, trim or
+  /// out-of-memory step. Empty: always. Called under the heap's lock.
+  std::function<bool(Address base, Size size)> releasable;
 };
 
 struct HeapOptions {
@@ -144,6 +150,7 @@ class DeviceHeap {
   bool grow(Size size, Size alignment);
   Size release_empty(std::function<bool(const Segment&)> which, bool count_as_trim);
   void release_segment(Segment* s);
+  [[nodiscard]] bool releasable(const Segment& s) const;
   void after_free(std::chrono::steady_clock::time_point now);
   [[nodiscard]] HeapStats stats_locked() const;
 

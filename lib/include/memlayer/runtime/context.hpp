@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "memlayer/bufalloc/device_heap.hpp"
 #include "memlayer/bufalloc/stats.hpp"
 #include "memlayer/runtime/buffer.hpp"
 #include "memlayer/runtime/device_driver.hpp"
@@ -28,14 +29,30 @@ struct ContextStats {
   std::uint64_t copies_from_host = 0;  ///< host-to-device legs
   std::uint64_t evictions = 0;         ///< device copies dropped to make room
   std::uint64_t write_backs = 0;       ///< evictions that had to save the only copy first
-  std::vector<bufalloc::RegionStats> devices;  ///< each device's global-memory allocator
+  std::vector<bufalloc::RegionStats> devices;  ///< each device's global-memory region (zeros for heap devices)
+  /// Each device's heap (zeros for devices without a native allocator):
+  /// native calls, bytes reserved vs in use, cache hits, trims, retries.
+  std::vector<bufalloc::HeapStats> heaps;
+};
+
+struct ContextOptions {
+  /// How devices with a native allocator (DeviceDriver::has_native_allocator)
+  /// get their memory: segments of device_heap.segment_size from the driver,
+  /// empty ones cached up to cache_cap (see bufalloc/device_heap.hpp). The
+  /// granularity is raised to the device's base alignment. For the old
+  /// behaviour, one native call per buffer: segment_size = granularity,
+  /// cache_cap = 0.
+  bufalloc::HeapOptions device_heap{};
 };
 
 class Context {
  public:
   /// A context over these devices (at least one; at most 63 with their own
   /// memory). Errors: kInvalidValue naming the problem.
-  static Result<std::shared_ptr<Context>> create(std::vector<std::unique_ptr<DeviceDriver>> devices);
+  /// Errors also: kInvalidValue when options.device_heap is invalid for a
+  /// device (granularity not a power of two, sizes not multiples of it).
+  static Result<std::shared_ptr<Context>> create(std::vector<std::unique_ptr<DeviceDriver>> devices,
+                                                 const ContextOptions& options = {});
   ~Context();
 
   [[nodiscard]] std::size_t device_count() const;

@@ -83,6 +83,22 @@ class DeviceDriver {
   virtual Status on_allocate(DeviceAddress /*address*/, std::uint64_t /*size*/) { return {}; }
   virtual void on_free(DeviceAddress /*address*/, std::uint64_t /*size*/) {}
 
+  /// A native allocator (cuMemAlloc, clCreateBuffer): a device whose memory
+  /// must be obtained from its driver says so here. memlayer then never
+  /// places buffers over [memory_base(), + global_mem_size) directly: it
+  /// obtains large segments with native_allocate() and sub-allocates them
+  /// with a bufalloc::DeviceHeap (ContextOptions::device_heap), so the
+  /// native call's cost is paid once per segment, not once per buffer.
+  [[nodiscard]] virtual bool has_native_allocator() const noexcept { return false; }
+  /// A new range of exactly `size` bytes, aligned to base_alignment, or
+  /// std::nullopt when the device has no memory for it. Called on the
+  /// enqueuing thread under memlayer's per-device allocation lock; may be
+  /// slow (that is why memlayer calls it rarely).
+  virtual std::optional<DeviceAddress> native_allocate(std::uint64_t /*size*/) { return std::nullopt; }
+  /// Gives back a range native_allocate() returned. memlayer calls it only
+  /// when no operation on the range can still be running.
+  virtual void native_release(DeviceAddress /*address*/, std::uint64_t /*size*/) {}
+
   /// host -> device, device -> host, and within the device.
   virtual Status write(DeviceAddress dst, const void* src, std::uint64_t size) = 0;
   virtual Status read(DeviceAddress src, void* dst, std::uint64_t size) = 0;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "memlayer/bufalloc/locked_region.hpp"
 #include "memlayer/drivers/device_memory.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 
@@ -41,6 +42,14 @@ struct SimOptions {
   std::uint64_t fail_allocation_number = 0;
   double transfer_failure_probability = 0.0;
   std::uint64_t fault_seed = 1;
+  /// Behave like a device with a native allocator (cuMemAlloc): memlayer
+  /// then gets the arena in segments through native_allocate(), each call
+  /// taking native_allocation_cost (busy-waited, so it shows on this
+  /// machine as it would on a GPU), and sub-allocates them with its heap.
+  /// Off: memlayer places buffers directly in the arena, at no cost.
+  bool native_allocator = false;
+  /// The seeds' figure for cudaMalloc: about 100 us plus size at 15 GiB/s.
+  runtime::LinkCost native_allocation_cost{100e-6, 15.0 * 1024 * 1024 * 1024};
 };
 
 class SimDevice final : public runtime::DeviceDriver {
@@ -59,6 +68,15 @@ class SimDevice final : public runtime::DeviceDriver {
   [[nodiscard]] runtime::DeviceAddress memory_base() const noexcept override { return base_; }
   void on_worker_start(unsigned worker_index) override;
   runtime::Status on_allocate(runtime::DeviceAddress address, std::uint64_t size) override;
+  [[nodiscard]] bool has_native_allocator() const noexcept override { return options_.native_allocator; }
+  /// Places `size` bytes in the arena (bookkeeping in a bufalloc region),
+  /// then busy-waits the cost model's time. nullopt when the arena is full,
+  /// when the injected allocation failure is due, or when native_allocator is off.
+  std::optional<runtime::DeviceAddress> native_allocate(std::uint64_t size) override;
+  void native_release(runtime::DeviceAddress address, std::uint64_t size) override;
+  /// native_allocate() calls that succeeded, and bytes they hold now.
+  [[nodiscard]] std::uint64_t native_allocations() const noexcept { return native_calls_.load(); }
+  [[nodiscard]] std::uint64_t native_bytes() const noexcept { return native_bytes_.load(); }
 
   runtime::Status write(runtime::DeviceAddress dst, const void* src, std::uint64_t size) override;
   runtime::Status read(runtime::DeviceAddress src, void* dst, std::uint64_t size) override;
@@ -102,6 +120,9 @@ class SimDevice final : public runtime::DeviceDriver {
   std::atomic<std::uint64_t> allocations_{0};
   std::atomic<std::uint64_t> transfers_{0};
   std::atomic<std::uint64_t> bytes_transferred_{0};
+  std::optional<bufalloc::LockedRegion> native_;  // the native allocator's bookkeeping
+  std::atomic<std::uint64_t> native_calls_{0};
+  std::atomic<std::uint64_t> native_bytes_{0};
 };
 
 }  // namespace memlayer::drivers
