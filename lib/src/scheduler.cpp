@@ -80,8 +80,11 @@ void run(const std::shared_ptr<CommandNode>& node) {
   node->event->mark(cl::kRunning);
   Status s = node->work ? node->work() : Status{};
   node->work = nullptr;  // drop captured buffers as soon as the work is done
-  finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
+  // Before the event completes: a buffer the application released is freed
+  // by the time a wait on its last command returns, so its memory is
+  // available to whatever the application enqueues next.
   node->keep_alive.clear();
+  finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
 }
 
 }  // namespace memlayer::runtime::detail
