@@ -71,6 +71,9 @@ SimDevice::SimDevice(Key, DeviceArena arena, unsigned index, const SimOptions& o
 
 std::optional<DeviceAddress> SimDevice::native_allocate(std::uint64_t size) {
   if (!native_) return std::nullopt;
+  // One native call at a time per device, as with cuMemAlloc (it takes a
+  // context-wide lock): concurrent callers queue behind each other's cost.
+  std::lock_guard lock(native_mutex_);
   const std::uint64_t n = allocations_.fetch_add(1) + 1;
   if (options_.fail_allocation_number != 0 && n == options_.fail_allocation_number) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
@@ -84,11 +87,13 @@ std::optional<DeviceAddress> SimDevice::native_allocate(std::uint64_t size) {
   while (std::chrono::steady_clock::now() < due) {
   }
   ++native_calls_;
-  native_bytes_ += size;
+  const std::uint64_t now_held = native_bytes_ += size;
+  if (now_held > native_peak_bytes_) native_peak_bytes_ = now_held;  // under native_mutex_
   return placed.value();
 }
 
 void SimDevice::native_release(DeviceAddress address, std::uint64_t size) {
+  std::lock_guard lock(native_mutex_);
   if (native_ && native_->free(address)) native_bytes_ -= size;
 }
 

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -77,6 +78,8 @@ class SimDevice final : public runtime::DeviceDriver {
   /// native_allocate() calls that succeeded, and bytes they hold now.
   [[nodiscard]] std::uint64_t native_allocations() const noexcept { return native_calls_.load(); }
   [[nodiscard]] std::uint64_t native_bytes() const noexcept { return native_bytes_.load(); }
+  /// The most bytes held from native_allocate() at once.
+  [[nodiscard]] std::uint64_t native_peak_bytes() const noexcept { return native_peak_bytes_.load(); }
 
   runtime::Status write(runtime::DeviceAddress dst, const void* src, std::uint64_t size) override;
   runtime::Status read(runtime::DeviceAddress src, void* dst, std::uint64_t size) override;
@@ -123,6 +126,8 @@ class SimDevice final : public runtime::DeviceDriver {
   std::optional<bufalloc::LockedRegion> native_;  // the native allocator's bookkeeping
   std::atomic<std::uint64_t> native_calls_{0};
   std::atomic<std::uint64_t> native_bytes_{0};
+  std::atomic<std::uint64_t> native_peak_bytes_{0};
+  std::mutex native_mutex_;  // serialises native calls (see native_allocate)
 };
 
 }  // namespace memlayer::drivers
