@@ -35,14 +35,14 @@ inline std::unique_ptr<drivers::SimDevice> native_sim(std::uint64_t memory_size)
   return std::move(made[0]);
 }
 
-inline bufalloc::NativeAllocator native_of(drivers::SimDevice& dev) {
+inline bufalloc::NativeAllocator native_of(runtime::DeviceDriver& dev) {
   bufalloc::NativeAllocator n;
   n.allocate = [&dev](bufalloc::Size size) { return dev.native_allocate(size); };
   n.release = [&dev](bufalloc::Address base, bufalloc::Size size) { dev.native_release(base, size); };
   return n;
 }
 
-inline std::unique_ptr<bufalloc::DeviceHeap> heap_over(drivers::SimDevice& dev, bufalloc::HeapOptions o) {
+inline std::unique_ptr<bufalloc::DeviceHeap> heap_over(runtime::DeviceDriver& dev, bufalloc::HeapOptions o) {
   auto h = bufalloc::DeviceHeap::create(native_of(dev), o);
   if (!h) throw std::runtime_error(h.error().message());
   return std::move(h).value();
@@ -52,7 +52,8 @@ inline std::unique_ptr<bufalloc::DeviceHeap> heap_over(drivers::SimDevice& dev, 
 class Allocator {
  public:
   enum class Kind { native, heap, cache };
-  Allocator(Kind kind, drivers::SimDevice& dev, bufalloc::HeapOptions heap_options = {},
+  /// Any driver with a native allocator (the sim's, or a GPU's).
+  Allocator(Kind kind, runtime::DeviceDriver& dev, bufalloc::HeapOptions heap_options = {},
             bufalloc::CacheOptions cache_options = {})
       : kind_(kind), dev_(dev) {
     if (kind != Kind::native) heap_ = heap_over(dev, heap_options);
@@ -93,7 +94,7 @@ class Allocator {
 
  private:
   Kind kind_;
-  drivers::SimDevice& dev_;
+  runtime::DeviceDriver& dev_;
   std::unique_ptr<bufalloc::DeviceHeap> heap_;
   std::unique_ptr<bufalloc::BlockCache> cache_;
 };
