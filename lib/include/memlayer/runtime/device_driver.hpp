@@ -2,9 +2,10 @@
 //
 // A driver describes one device and performs the primitive operations on its
 // memory; memlayer does everything else: it manages the device's global
-// memory addresses with a bufalloc Region over [memory_base(), + global_mem
-// size), decides what to allocate, copy and migrate, and orders the work by
-// events.
+// memory addresses — with a bufalloc Region over [memory_base(), +
+// global_mem_size), or, for a driver with a native allocator, a bufalloc
+// DeviceHeap over segments the driver hands out — decides what to allocate,
+// copy and migrate, and orders the work by events.
 //
 // Threads. memlayer runs each device's work on worker threads it starts
 // itself (DeviceInfo::worker_threads of them). Before a worker runs anything
