@@ -32,14 +32,9 @@ void BM_CudaLatency(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(size);
 }
 
-void sizes(benchmark::internal::Benchmark* b) {
-  b->RangeMultiplier(4)->Range(static_cast<std::int64_t>(KiB), static_cast<std::int64_t>(GiB));
-  b->UseRealTime()->Unit(benchmark::kMicrosecond);
-}
-
-BENCHMARK(BM_CudaLatency<Allocator::Kind::native>)->Name("cuda_latency/native")->Apply(sizes);
-BENCHMARK(BM_CudaLatency<Allocator::Kind::heap>)->Name("cuda_latency/heap")->Apply(sizes);
-BENCHMARK(BM_CudaLatency<Allocator::Kind::cache>)->Name("cuda_latency/cache")->Apply(sizes);
+BENCHMARK(BM_CudaLatency<Allocator::Kind::native>)->Name("cuda_latency/native")->Apply(latency_sizes);
+BENCHMARK(BM_CudaLatency<Allocator::Kind::heap>)->Name("cuda_latency/heap")->Apply(latency_sizes);
+BENCHMARK(BM_CudaLatency<Allocator::Kind::cache>)->Name("cuda_latency/cache")->Apply(latency_sizes);
 
 }  // namespace
 }  // namespace memlayer::bench

@@ -34,14 +34,9 @@ void BM_AllocLatency(benchmark::State& state) {
                          benchmark::Counter::kAvgIterations);
 }
 
-void sizes(benchmark::internal::Benchmark* b) {
-  b->RangeMultiplier(4)->Range(static_cast<std::int64_t>(KiB), static_cast<std::int64_t>(GiB));
-  b->UseRealTime()->Unit(benchmark::kMicrosecond);
-}
-
-BENCHMARK(BM_AllocLatency<Allocator::Kind::native>)->Name("latency/native")->Apply(sizes);
-BENCHMARK(BM_AllocLatency<Allocator::Kind::heap>)->Name("latency/heap")->Apply(sizes);
-BENCHMARK(BM_AllocLatency<Allocator::Kind::cache>)->Name("latency/cache")->Apply(sizes);
+BENCHMARK(BM_AllocLatency<Allocator::Kind::native>)->Name("latency/native")->Apply(latency_sizes);
+BENCHMARK(BM_AllocLatency<Allocator::Kind::heap>)->Name("latency/heap")->Apply(latency_sizes);
+BENCHMARK(BM_AllocLatency<Allocator::Kind::cache>)->Name("latency/cache")->Apply(latency_sizes);
 
 }  // namespace
 }  // namespace memlayer::bench

@@ -99,13 +99,10 @@ class Allocator {
   std::unique_ptr<bufalloc::BlockCache> cache_;
 };
 
-inline const char* name_of(Allocator::Kind k) {
-  switch (k) {
-    case Allocator::Kind::native: return "native";
-    case Allocator::Kind::heap: return "heap";
-    case Allocator::Kind::cache: return "cache";
-  }
-  return "?";
+/// Benchmark 1's sizes: 1 KiB to 1 GiB in steps of 4, wall time.
+inline void latency_sizes(benchmark::internal::Benchmark* b) {
+  b->RangeMultiplier(4)->Range(static_cast<std::int64_t>(KiB), static_cast<std::int64_t>(GiB));
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace memlayer::bench
