@@ -37,6 +37,26 @@ pocl_flags=(
   -DENABLE_MEMLAYER_DEVICE=ON
   -DENABLE_EXAMPLES=OFF
 )
+# LLVM 15 names only the CPUs it knows; on a newer one (AMD family 26, Zen 5)
+# `llc --version` says "Host CPU: (unknown)" and PoCL's configure stops. Then
+# the kernels target the x86-64 feature level the CPU's flags reach, which
+# LLVM 15 knows by name. A recognised CPU keeps PoCL's own detection (and
+# the cache key it always had).
+host_cpu=$(llc-15 --version 2>/dev/null | sed -n 's/^ *Host CPU: *//p')
+if [ "$host_cpu" = "(unknown)" ] || [ "$host_cpu" = "generic" ]; then
+  has_flags() {  # every named flag is in /proc/cpuinfo's first flags line
+    local flags f
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done
+  }
+  if has_flags avx512f avx512bw avx512cd avx512dq avx512vl avx2 fma bmi2; then level=x86-64-v4
+  elif has_flags avx2 fma bmi1 bmi2 movbe f16c; then level=x86-64-v3
+  elif has_flags sse4_2 ssse3 popcnt cx16; then level=x86-64-v2
+  else level=x86-64
+  fi
+  cpu_note="LLVM 15 does not know this CPU ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)); PoCL's kernels target $level"
+  pocl_flags+=(-DLLC_HOST_CPU=$level)
+fi
 key=$( (cat "$tarball" "$patch_file"; echo "${pocl_flags[*]}") | sha256sum | cut -c1-16)
 dir=$cache/pocl-3.1-$key
 if [ "${1:-}" = "--print-dir" ]; then
@@ -93,6 +113,7 @@ if [ -f "$dir/build/.memlayer-stamp" ] && [ "$(cat "$dir/build/.memlayer-stamp")
 fi
 
 if [ ! -f "$dir/build/CMakeCache.txt" ]; then
+  [ -z "${cpu_note:-}" ] || echo "build-pocl: $cpu_note"
   echo "build-pocl: configuring PoCL (a few minutes, once per machine)"
   cmake -S "$dir/src" -B "$dir/build" "${pocl_flags[@]}" > "$dir/configure.log" 2>&1 || { tail -40 "$dir/configure.log" >&2; exit 1; }
 fi
