@@ -15,13 +15,6 @@ namespace {
 
 using namespace memlayer::cltest;
 
-struct Setup {
-  std::vector<cl_device_id> devices;
-  Context ctx;
-  std::vector<Queue> queues;
-  Program program;
-};
-
 const char* kSource = R"CLC(
 kernel void touch(global uint* b) { b[get_global_id(0)] += 1u; }
 kernel void args16(global uint* a0, global uint* a1, global uint* a2, global uint* a3,
@@ -34,21 +27,8 @@ kernel void args16(global uint* a0, global uint* a1, global uint* a2, global uin
 }
 )CLC";
 
-Setup& setup() {
-  static Setup s = [] {
-    Setup t;
-    t.devices = all_devices();
-    cl_int err = CL_SUCCESS;
-    t.ctx = Context(clCreateContext(nullptr, static_cast<cl_uint>(t.devices.size()), t.devices.data(), nullptr,
-                                    nullptr, &err));
-    check(err, "clCreateContext");
-    for (cl_device_id d : t.devices) {
-      t.queues.emplace_back(clCreateCommandQueueWithProperties(t.ctx.get(), d, nullptr, &err));
-      check(err, "clCreateCommandQueueWithProperties");
-    }
-    t.program = build_program(t.ctx.get(), t.devices, kSource);
-    return t;
-  }();
+DeviceSet& setup() {
+  static DeviceSet s = open_device_set(kSource);
   return s;
 }
 

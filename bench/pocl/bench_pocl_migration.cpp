@@ -26,13 +26,6 @@ namespace {
 
 using namespace memlayer::cltest;
 
-struct Setup {
-  std::vector<cl_device_id> devices;
-  Context ctx;
-  std::vector<Queue> queues;
-  Program program;
-};
-
 // kN: N buffer arguments; each work-item adds one to the first.
 std::string kernel_source() {
   std::string src = R"CLC(
@@ -47,22 +40,8 @@ kernel void peek(global const uint* b, global uint* out) { out[0] = b[get_global
   return src;
 }
 
-Setup& setup() {
-  static Setup s = [] {
-    Setup t;
-    t.devices = all_devices();
-    cl_int err = CL_SUCCESS;
-    t.ctx = Context(clCreateContext(nullptr, static_cast<cl_uint>(t.devices.size()), t.devices.data(), nullptr,
-                                    nullptr, &err));
-    check(err, "clCreateContext");
-    for (cl_device_id d : t.devices) {
-      t.queues.emplace_back(clCreateCommandQueueWithProperties(t.ctx.get(), d, nullptr, &err));
-      check(err, "clCreateCommandQueueWithProperties");
-    }
-    const std::string src = kernel_source();
-    t.program = build_program(t.ctx.get(), t.devices, src.c_str());
-    return t;
-  }();
+DeviceSet& setup() {
+  static DeviceSet s = open_device_set(kernel_source().c_str());
   return s;
 }
 

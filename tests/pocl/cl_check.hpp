@@ -97,6 +97,37 @@ inline Program build_program(cl_context ctx, const std::vector<cl_device_id>& de
   return program;
 }
 
+/// Every device of the first platform in one context, `queues_per_device`
+/// in-order queues for each (device d's are queues[d * queues_per_device ...]),
+/// and `source` built for all of them: the set-up the OpenCL programs share.
+struct DeviceSet {
+  std::vector<cl_device_id> devices;
+  Context ctx;
+  std::vector<Queue> queues;
+  Program program;
+};
+
+/// Exits like check() when a call fails or there is no OpenCL device.
+inline DeviceSet open_device_set(const char* source, unsigned queues_per_device = 1) {
+  DeviceSet s;
+  s.devices = all_devices();
+  if (s.devices.empty()) {
+    std::fprintf(stderr, "no OpenCL devices\n");
+    std::exit(2);
+  }
+  cl_int err = CL_SUCCESS;
+  s.ctx = Context(clCreateContext(nullptr, static_cast<cl_uint>(s.devices.size()), s.devices.data(), nullptr,
+                                  nullptr, &err));
+  check(err, "clCreateContext");
+  for (cl_device_id d : s.devices)
+    for (unsigned q = 0; q < queues_per_device; ++q) {
+      s.queues.emplace_back(clCreateCommandQueueWithProperties(s.ctx.get(), d, nullptr, &err));
+      check(err, "clCreateCommandQueueWithProperties");
+    }
+  s.program = build_program(s.ctx.get(), s.devices, source);
+  return s;
+}
+
 /// The PoCL build's migration counters (memlayer_pocl_get_migration_stats
 /// in drivers/pocl/core/pocl_memlayer_migration.h), read from the libpocl
 /// the ICD loader opened (OCL_ICD_VENDORS names it in the test environment).

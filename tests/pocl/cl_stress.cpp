@@ -27,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -103,21 +104,12 @@ class Stress {
   explicit Stress(const Options& o) : o_(o), rng_(o.seed) {}
 
   int run() {
-    devices_ = all_devices();
-    if (devices_.empty()) {
-      std::fprintf(stderr, "no OpenCL devices\n");
-      return 2;
-    }
+    DeviceSet set = open_device_set(kSource, o_.queues_per_device);
+    devices_ = std::move(set.devices);
+    ctx_ = std::move(set.ctx);
+    queues_ = std::move(set.queues);
+    program_ = std::move(set.program);
     cl_int err = CL_SUCCESS;
-    ctx_ = Context(clCreateContext(nullptr, static_cast<cl_uint>(devices_.size()), devices_.data(), nullptr, nullptr,
-                                   &err));
-    check(err, "clCreateContext");
-    for (cl_device_id d : devices_)
-      for (unsigned q = 0; q < o_.queues_per_device; ++q) {
-        queues_.emplace_back(clCreateCommandQueueWithProperties(ctx_.get(), d, nullptr, &err));
-        check(err, "clCreateCommandQueueWithProperties");
-      }
-    program_ = build_program(ctx_.get(), devices_, kSource);
     affine_ = Kernel(clCreateKernel(program_.get(), "affine", &err));
     check(err, "clCreateKernel(affine)");
     reverse_ = Kernel(clCreateKernel(program_.get(), "reverse_groups", &err));

@@ -201,15 +201,29 @@ struct BufferState {
   std::list<BufferState*>::iterator registered;
 };
 
-std::mutex g_registry_mutex;
-std::list<BufferState*> g_registry;  // oldest first: eviction's order
+struct Registry {
+  std::mutex mutex;
+  std::list<BufferState*> buffers;  // oldest first: eviction's order
+};
+
+// Never destroyed: a program may return from main while PoCL's worker
+// threads still finish events, and finishing an event releases its buffers
+// (pocl_ml_release_mem) while exit() runs static destructors. A destroyed
+// list there crashed PoCL's test_command_buffer_images under load.
+union ImmortalRegistry {
+  Registry value;
+  ImmortalRegistry() : value() {}
+  ~ImmortalRegistry() {}
+};
+ImmortalRegistry g_registry_storage;
+Registry& g_registry = g_registry_storage.value;
 
 // A buffer with host content (COPY_HOST_PTR, USE_HOST_PTR) starts valid at
 // the host only; one without is undefined, so every location holds it.
 BufferState* buffer_state(cl_mem mem, const char** error) {
   auto* s = static_cast<BufferState*>(__atomic_load_n(&mem->memlayer_state, __ATOMIC_ACQUIRE));
   if (s != nullptr) return s;
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  std::lock_guard<std::mutex> lock(g_registry.mutex);
   if (mem->memlayer_state != nullptr) return static_cast<BufferState*>(mem->memlayer_state);
   auto state = std::make_unique<BufferState>();
   state->mem = mem;
@@ -221,8 +235,8 @@ BufferState* buffer_state(cl_mem mem, const char** error) {
     return nullptr;
   }
   state->versions.reset(v);
-  g_registry.push_front(state.get());
-  state->registered = g_registry.begin();
+  g_registry.buffers.push_front(state.get());
+  state->registered = g_registry.buffers.begin();
   s = state.release();
   __atomic_store_n(&mem->memlayer_state, s, __ATOMIC_RELEASE);
   return s;
@@ -262,8 +276,8 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
   if (at == kHost) return false;  // the host copy itself: nowhere to write back to
   std::vector<cl_mem> candidates;
   {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    for (auto it = g_registry.rbegin(); it != g_registry.rend(); ++it) {
+    std::lock_guard<std::mutex> lock(g_registry.mutex);
+    for (auto it = g_registry.buffers.rbegin(); it != g_registry.buffers.rend(); ++it) {
       cl_mem m = (*it)->mem;
       if (m == keep) continue;
       if (pthread_mutex_trylock(&m->pocl_lock) != 0) continue;
@@ -616,15 +630,15 @@ void pocl_ml_release_mem(cl_mem mem) {
   auto* s = static_cast<BufferState*>(mem->memlayer_state);
   if (s == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    g_registry.erase(s->registered);
+    std::lock_guard<std::mutex> lock(g_registry.mutex);
+    g_registry.buffers.erase(s->registered);
   }
   mem->memlayer_state = nullptr;
-  delete s;  // NOLINT: owned through the C struct's opaque pointer
+  std::unique_ptr<BufferState> owned(s);  // the ownership release() handed to the C struct
 }
 
 void pocl_ml_release_context(cl_context context) {
-  delete static_cast<ContextState*>(context->memlayer_state);  // NOLINT: as above
+  std::unique_ptr<ContextState> owned(static_cast<ContextState*>(context->memlayer_state));  // as above
   context->memlayer_state = nullptr;
 }
 
