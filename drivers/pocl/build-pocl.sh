@@ -115,7 +115,10 @@ fi
 if [ ! -f "$dir/build/CMakeCache.txt" ]; then
   [ -z "${cpu_note:-}" ] || echo "build-pocl: $cpu_note"
   echo "build-pocl: configuring PoCL (a few minutes, once per machine)"
-  cmake -S "$dir/src" -B "$dir/build" "${pocl_flags[@]}" > "$dir/configure.log" 2>&1 || { tail -40 "$dir/configure.log" >&2; exit 1; }
+  # From inside the cache: PoCL's LLVM checks compile into the working
+  # directory (compile_test_* files).
+  (cd "$dir" && cmake -S "$dir/src" -B "$dir/build" "${pocl_flags[@]}") > "$dir/configure.log" 2>&1 ||
+    { tail -40 "$dir/configure.log" >&2; exit 1; }
 fi
 echo "build-pocl: building PoCL and the memlayer driver"
 if ! cmake --build "$dir/build" -j "$jobs" > "$dir/build.log" 2>&1; then
