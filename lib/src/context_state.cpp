@@ -44,7 +44,9 @@ void Instance::add_user(const EventPtr& e) {
 ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options) {
   event_ops.retain = [](void*, migration::Event e) { static_cast<EventState*>(e)->planner_retain(); };
   event_ops.release = [](void*, migration::Event e) { static_cast<EventState*>(e)->planner_release(); };
-  event_ops.finished = [](void*, migration::Event e) { return static_cast<EventState*>(e)->status() <= cl::kComplete; };
+  event_ops.finished = [](void*, migration::Event e) -> int {
+    return static_cast<EventState*>(e)->status() <= cl::kComplete;
+  };
   by_location.push_back(nullptr);  // the host copy
   for (auto& driver : drivers) {
     const bool shared = driver->info().shares_host_memory;

@@ -23,22 +23,10 @@ struct ml_plan {
 };
 
 struct ml_versions {
-  ml_versions(std::uint64_t size, LocationSet valid, const ml_event_ops& c_ops) : c(c_ops), versions(size, valid, ops) {}
-  // The C callbacks, adapted to EventOps (whose `finished` returns bool).
-  ml_event_ops c;
-  EventOps ops{this,
-               [](void* self, Event e) {
-                 auto* v = static_cast<ml_versions*>(self);
-                 if (v->c.retain != nullptr) v->c.retain(v->c.context, e);
-               },
-               [](void* self, Event e) {
-                 auto* v = static_cast<ml_versions*>(self);
-                 if (v->c.release != nullptr) v->c.release(v->c.context, e);
-               },
-               [](void* self, Event e) {
-                 auto* v = static_cast<ml_versions*>(self);
-                 return v->c.finished != nullptr && v->c.finished(v->c.context, e) != 0;
-               }};
+  ml_versions(std::uint64_t size, LocationSet valid, const ml_event_ops& c)
+      : ops{c.context, c.retain, c.release, c.finished}, versions(size, valid, ops) {}
+  // The C callbacks themselves: EventOps has ml_event_ops's members and types.
+  EventOps ops;
   RangeVersions versions;
 };
 
@@ -62,20 +50,27 @@ ml_mig_status guarded(F&& f) noexcept {
   }
 }
 
+// Why use i of a list failed to_uses' checks. Out of line: the messages are
+// built only on failure, and keep the check loop small.
+[[gnu::cold, gnu::noinline]] ml_mig_status bad_use(const ml_use& u, std::size_t i, std::uint64_t size) {
+  const std::string which = "migration: use " + std::to_string(i);
+  if (u.size == 0) return fail(ML_MIG_INVALID_ARGUMENT, which + " has size 0");
+  if (u.access < ML_ACCESS_READ || u.access > ML_ACCESS_OVERWRITE)
+    return fail(ML_MIG_INVALID_ARGUMENT, which + " has an unknown access");
+  return fail(ML_MIG_OUT_OF_RANGE, which + " [" + std::to_string(u.offset) + ", +" + std::to_string(u.size) +
+                                       ") is beyond the buffer's " + std::to_string(size) + " bytes");
+}
+
 // Checks and converts a C use list against a buffer of `size` bytes.
 ml_mig_status to_uses(const ml_use* uses, std::size_t n, std::uint64_t size, std::vector<Use>& out) {
   if (uses == nullptr || n == 0) return fail(ML_MIG_INVALID_ARGUMENT, "migration: no uses");
-  out.clear();
+  out.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const ml_use& u = uses[i];
-    if (u.size == 0) return fail(ML_MIG_INVALID_ARGUMENT, "migration: use " + std::to_string(i) + " has size 0");
-    if (u.access < ML_ACCESS_READ || u.access > ML_ACCESS_OVERWRITE)
-      return fail(ML_MIG_INVALID_ARGUMENT, "migration: use " + std::to_string(i) + " has an unknown access");
-    if (u.offset > size || u.size > size - u.offset)
-      return fail(ML_MIG_OUT_OF_RANGE, "migration: use " + std::to_string(i) + " [" + std::to_string(u.offset) +
-                                           ", +" + std::to_string(u.size) + ") is beyond the buffer's " +
-                                           std::to_string(size) + " bytes");
-    out.push_back(Use{u.offset, u.size, static_cast<Access>(u.access)});
+    if (u.size == 0 || u.access < ML_ACCESS_READ || u.access > ML_ACCESS_OVERWRITE || u.offset > size ||
+        u.size > size - u.offset)
+      return bad_use(u, i, size);
+    out[i] = Use{u.offset, u.size, static_cast<Access>(u.access)};
   }
   return ML_MIG_OK;
 }

@@ -74,6 +74,14 @@ RangeVersions::~RangeVersions() {
   for (const auto& [offset, span] : spans_) drop_span(span);
 }
 
+// One span (the whole buffer, the common case) needs no tree search.
+RangeVersions::SpanMap::iterator RangeVersions::span_containing(std::uint64_t offset) {
+  return spans_.size() == 1 ? spans_.begin() : std::prev(spans_.upper_bound(offset));
+}
+RangeVersions::SpanMap::const_iterator RangeVersions::span_containing(std::uint64_t offset) const {
+  return spans_.size() == 1 ? spans_.begin() : std::prev(spans_.upper_bound(offset));
+}
+
 std::uint64_t RangeVersions::end_of(SpanMap::const_iterator it) const {
   auto next = std::next(it);
   return next == spans_.end() ? size_ : next->first;
@@ -83,7 +91,7 @@ std::uint64_t RangeVersions::end_of(SpanMap::const_iterator it) const {
 // end() for offset == size.
 RangeVersions::SpanMap::iterator RangeVersions::split_at(std::uint64_t offset) {
   if (offset >= size_) return spans_.end();
-  auto it = std::prev(spans_.upper_bound(offset));
+  auto it = span_containing(offset);
   if (it->first == offset) return it;
   hold_span(it->second);  // the new span shares every event reference
   return spans_.emplace_hint(std::next(it), offset, it->second);
@@ -166,9 +174,9 @@ void RangeVersions::prune(Span& s) {
   }
 }
 
-void RangeVersions::plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost,
-                               Plan& out) const {
-  for (auto it = std::prev(spans_.upper_bound(begin)); it != spans_.end() && it->first < end; ++it) {
+void RangeVersions::plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
+                               const CostModel& cost, Plan& out) const {
+  for (auto it = first; it != spans_.end() && it->first < end; ++it) {
     const Span& s = it->second;
     if (holder(s, at) != nullptr) continue;
     const std::uint64_t x = std::max(begin, it->first), y = std::min(end, end_of(it)), n = y - x;
@@ -229,8 +237,9 @@ void RangeVersions::plan_fetch(std::uint64_t begin, std::uint64_t end, Location 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const {
   out.clear();
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
-    if (reads_old_content(access)) plan_fetch(begin, end, at, cost, out);
-    for (auto it = std::prev(spans_.upper_bound(begin)); it != spans_.end() && it->first < end; ++it) {
+    const auto first = span_containing(begin);
+    if (reads_old_content(access)) plan_fetch(first, begin, end, at, cost, out);
+    for (auto it = first; it != spans_.end() && it->first < end; ++it) {
       const Span& s = it->second;
       add_unique(out.wait, s.last_writer);
       if (const Holder* h = holder(s, at)) add_unique(out.wait, h->ready);
@@ -249,33 +258,40 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
 
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
     const Copy& c = plan.copies[i];
-    split_at(c.offset);
+    auto first = split_at(c.offset);  // stays valid: map insertions move no node
     split_at(c.offset + c.size);
-    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
+    for (auto it = first; it != spans_.end() && it->first < c.offset + c.size; ++it) {
       add_reader(it->second, copy_events[i]);  // a copy reads its source: writers wait for it
       set_holder(it->second, c.dst, copy_events[i]);
     }
     lo = std::min(lo, c.offset), hi = std::max(hi, c.offset + c.size);
   }
 
-  // A read-only command on existing span boundaries changes only reader
-  // lists, which never lets neighbours merge: skip the merge pass then.
+  // Only new or rewritten spans can equal a neighbour. A read on existing
+  // boundaries changes reader lists, which never lets neighbours merge; a
+  // write that rewrites exactly one existing span gives it a version no
+  // other span has. Skip the merge pass then (the common, whole-buffer
+  // case); it runs when spans were cut, or one version now covers several.
   bool reshaped = !plan.copies.empty();
   bool writes_any = false;
   for (const Use& u : uses) writes_any = writes_any || writes(u.access);
   const std::uint64_t version = writes_any ? next_version_++ : 0;
+  int written_pieces = 0;
 
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const std::size_t spans_before = spans_.size();
-    split_at(begin);
+    auto first = split_at(begin);
     split_at(end);
-    reshaped = reshaped || spans_.size() != spans_before || writes(access);
-    for (auto it = spans_.find(begin); it != spans_.end() && it->first < end; ++it) {
+    reshaped = reshaped || spans_.size() != spans_before;
+    if (writes(access) && ++written_pieces > 1) reshaped = true;
+    std::size_t touched = 0;
+    for (auto it = first; it != spans_.end() && it->first < end; ++it) {
       Span& s = it->second;
       if (!writes(access)) {
         add_reader(s, command);
         continue;
       }
+      if (++touched > 1) reshaped = true;
       // The command's bytes are the new version, held only where it runs.
       ops_.hold(command);
       drop_span(s);
@@ -340,7 +356,7 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
 
 bool RangeVersions::valid_at(Location at, std::uint64_t offset, std::uint64_t size) const {
   const std::uint64_t end = offset + size;
-  for (auto it = std::prev(spans_.upper_bound(offset)); it != spans_.end() && it->first < end; ++it)
+  for (auto it = span_containing(offset); it != spans_.end() && it->first < end; ++it)
     if (holder(it->second, at) == nullptr) return false;
   return true;
 }

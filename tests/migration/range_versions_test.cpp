@@ -217,6 +217,41 @@ TEST_F(RangeVersionsTest, SpansMergeBackAfterAWholeWrite) {
   EXPECT_EQ(buffer_->span_count(), 1u);
 }
 
+// The merge pass is skipped when a write rewrites exactly one existing
+// span; these are the cases where it must still run, on existing
+// boundaries (no split happens).
+TEST_F(RangeVersionsTest, SpansMergeWhenOneWriteCoversSeveralExistingSpans) {
+  make(4096);
+  run({{0, 2048, Access::overwrite}}, 1, ev(1));
+  run({{2048, 2048, Access::overwrite}}, 2, ev(2));
+  ASSERT_EQ(buffer_->span_count(), 2u);
+  // Two uses by one command, one per span (a buffer passed twice).
+  run({{0, 2048, Access::read_write}, {2048, 2048, Access::overwrite}}, 1, ev(3));
+  EXPECT_EQ(buffer_->span_count(), 1u);
+  run({{0, 2048, Access::overwrite}}, 2, ev(4));
+  run({{2048, 2048, Access::overwrite}}, 1, ev(5));
+  ASSERT_EQ(buffer_->span_count(), 2u);
+  // One use over both spans.
+  run({{0, 4096, Access::read_write}}, 1, ev(6));
+  EXPECT_EQ(buffer_->span_count(), 1u);
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 4096));
+}
+
+TEST_F(RangeVersionsTest, AWriteOfOneSpanLeavesItsNeighboursApart) {
+  make(4096);
+  run({{0, 1024, Access::overwrite}}, 1, ev(1));
+  run({{1024, 1024, Access::overwrite}}, 1, ev(2));
+  run({{2048, 2048, Access::overwrite}}, 1, ev(3));
+  ASSERT_EQ(buffer_->span_count(), 3u);
+  run({{1024, 1024, Access::read_write}}, 1, ev(4));
+  EXPECT_EQ(buffer_->span_count(), 3u) << "each span has its own version";
+  std::vector<std::uint64_t> versions;
+  buffer_->walk([&](const SpanInfo& s) { versions.push_back(s.version); });
+  ASSERT_EQ(versions.size(), 3u);
+  EXPECT_NE(versions[0], versions[1]);
+  EXPECT_NE(versions[1], versions[2]);
+}
+
 TEST_F(RangeVersionsTest, EvictionWritesBackOnlyTheOnlyCopies) {
   make(4096);
   run({{0, 4096, Access::overwrite}}, 1, ev(1));
@@ -240,7 +275,7 @@ TEST_F(RangeVersionsTest, EvictionWritesBackOnlyTheOnlyCopies) {
 }
 
 TEST_F(RangeVersionsTest, FinishedEventsArePruned) {
-  ops_.finished = [](void*, Event) { return true; };  // everything has finished
+  ops_.finished = [](void*, Event) { return 1; };  // everything has finished
   make(4096);
   for (int i = 1; i <= 20; ++i) run({{0, 4096, Access::read}}, kHost, ev(i));
   Plan w;

@@ -65,30 +65,47 @@ using Versions = std::unique_ptr<ml_versions, VersionsDeleter>;
 // ---- how the planner holds PoCL events --------------------------------------
 //
 // The planner retains and releases cl_events (each takes the event's lock)
-// while a buffer's lock is held. While a buffer is locked for planning,
-// they are recorded in the buffer's state (the callbacks' context): the
-// retains are applied in runs before the buffer is unlocked, so no other
-// thread can drop an event first; the releases after, which only keeps an
-// event alive a little longer. A command's 64 buffers then take one lock
-// for its event, not 64.
+// while a buffer's lock is held. While buffers are locked for planning, a
+// buffer's callbacks record into the command's RefLog instead: its
+// retains are applied before any of those buffers is unlocked, so no other
+// thread can drop an event first; its releases after, which only keeps an
+// event alive a little longer. The log counts repeats of one event, so a
+// command's 64 buffers that each add its event and drop the previous one
+// take two event locks in all, not 256.
 
-struct DeferredRefs {
-  bool active = false;
-  std::vector<ml_event> retains;
-  std::vector<ml_event> releases;
+struct RefLog {
+  struct Run {
+    ml_event event;
+    cl_uint count;
+  };
+  std::vector<Run> retains;
+  std::vector<Run> releases;
+
+  static void add(std::vector<Run>& runs, ml_event e) {
+    if (!runs.empty() && runs.back().event == e)
+      ++runs.back().count;
+    else
+      runs.push_back({e, 1});
+  }
+};
+
+// A buffer's callback context: where its references go while it is locked
+// for planning (nullptr: straight to PoCL).
+struct EventRefs {
+  RefLog* recording = nullptr;
 };
 
 void retain_event(void* context, ml_event e) {
-  auto* d = static_cast<DeferredRefs*>(context);
-  if (d->active)
-    d->retains.push_back(e);
+  auto* refs = static_cast<EventRefs*>(context);
+  if (refs->recording != nullptr)
+    RefLog::add(refs->recording->retains, e);
   else
     POname(clRetainEvent)(static_cast<cl_event>(e));
 }
 void release_event(void* context, ml_event e) {
-  auto* d = static_cast<DeferredRefs*>(context);
-  if (d->active)
-    d->releases.push_back(e);
+  auto* refs = static_cast<EventRefs*>(context);
+  if (refs->recording != nullptr)
+    RefLog::add(refs->recording->releases, e);
   else
     POname(clReleaseEvent)(static_cast<cl_event>(e));
 }
@@ -97,41 +114,28 @@ int event_finished(void*, ml_event e) {
   return __atomic_load_n(&static_cast<cl_event>(e)->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
 }
 
-void apply_refs(std::vector<ml_event>& events, bool retain);
-
-// Under the buffer's lock, before unlocking it: applies its recorded
-// retains, and moves its recorded releases to `out` (applied by
-// flush_refs once no buffer is locked).
-void take_refs(DeferredRefs& from, DeferredRefs& out) {
-  from.active = false;
-  apply_refs(from.retains, true);
-  out.releases.insert(out.releases.end(), from.releases.begin(), from.releases.end());
-  from.releases.clear();
-}
-
-// Applies a run of k references to one event with one lock: a command's
-// 64 buffers add its event 64 times and drop the previous one 64 times.
-void apply_refs(std::vector<ml_event>& events, bool retain) {
-  for (size_t i = 0; i < events.size();) {
-    auto e = static_cast<cl_event>(events[i]);
-    int k = 1;
-    while (i + k < events.size() && events[i + k] == events[i]) ++k;
-    i += k;
+// Applies each run of k references to one event with one lock.
+void apply_runs(std::vector<RefLog::Run>& runs, bool retain) {
+  for (const RefLog::Run& r : runs) {
+    auto e = static_cast<cl_event>(r.event);
+    const cl_uint k = r.count;
     POCL_LOCK_OBJ(e);
-    if (retain || e->pocl_refcount > k) {
-      e->pocl_refcount += retain ? k : -k;
+    if (retain || e->pocl_refcount > static_cast<int>(k)) {
+      e->pocl_refcount += retain ? static_cast<int>(k) : -static_cast<int>(k);
       POCL_UNLOCK_OBJ(e);
     } else {
-      e->pocl_refcount -= k - 1;  // the last one frees it
+      e->pocl_refcount -= static_cast<int>(k) - 1;  // the last one frees it
       POCL_UNLOCK_OBJ(e);
       POname(clReleaseEvent)(e);
     }
   }
-  events.clear();
+  runs.clear();
 }
 
-// With no buffer locked: the releases take_refs collected.
-void flush_refs(DeferredRefs& refs) { apply_refs(refs.releases, false); }
+// Before the recorded buffers are unlocked.
+void apply_retains(RefLog& log) { apply_runs(log.retains, true); }
+// With no buffer locked.
+void apply_releases(RefLog& log) { apply_runs(log.releases, false); }
 
 // ---- per-context state: where each location lives, and link costs ----------
 
@@ -194,7 +198,7 @@ ContextState* context_state(cl_context ctx, const char** error) {
 // ---- per-buffer state, and the registry eviction walks ----------------------
 
 struct BufferState {
-  DeferredRefs refs;  // the planner's event callbacks' context
+  EventRefs refs;  // the planner's event callbacks' context
   Versions versions;
   cl_mem mem = nullptr;
   bool host_ref = false;  // holds one mem_host_ptr reference for the host copy
@@ -295,7 +299,7 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
     plan.reset(p);
   }
   bool evicted = false;
-  DeferredRefs dropped;
+  RefLog dropped;
   for (cl_mem m : candidates) {
     if (!evicted && pthread_mutex_trylock(&m->pocl_lock) == 0) {
       auto* s = static_cast<BufferState*>(m->memlayer_state);
@@ -320,16 +324,17 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
           written += c.size;
         }
         std::vector<ml_event> none(copies, nullptr);
-        s->refs.active = true;
+        s->refs.recording = &dropped;
         ml_versions_commit_evict(s->versions.get(), plan.get(), none.data(), none.size(), at);
-        take_refs(s->refs, dropped);
+        s->refs.recording = nullptr;
+        apply_retains(dropped);
         dev->ops->free(dev, m);
         g_counters.evictions.fetch_add(1, std::memory_order_relaxed);
         g_counters.eviction_bytes.fetch_add(written, std::memory_order_relaxed);
         evicted = true;
       }
       POCL_UNLOCK_OBJ(m);
-      flush_refs(dropped);
+      apply_releases(dropped);
     }
     POname(clReleaseMemObject)(m);
   }
@@ -380,9 +385,14 @@ struct Scratch {
   std::vector<cl_event> copy_waits;
   std::vector<cl_event> command_waits;
   std::vector<Plan> plans;
-  DeferredRefs refs;
+  RefLog refs;
 };
 thread_local Scratch t_scratch;
+
+// Out of line: in a shared library each thread_local access is a call to
+// __tls_get_addr, and GCC recomputes the address at every use rather than
+// keep it in a register (it was 6% of an enqueue's instructions).
+[[gnu::noinline]] Scratch& scratch() { return t_scratch; }
 
 ml_plan* scratch_plan(Scratch& s, size_t i) {
   while (s.plans.size() <= i) {
@@ -450,7 +460,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
 
   // Every use, grouped by buffer in id order (the order buffer locks are
   // taken in, and the order of the command's buffer list, as in PoCL).
-  Scratch& sc = t_scratch;
+  Scratch& sc = scratch();
   sc.entries.clear();
   for (size_t i = 0; i < num_buffers; ++i) {
     cl_mem mem = buffers[i];
@@ -506,7 +516,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   // commit. Event locks are not taken here (deferred references, no syncs).
   for (Buffer& b : list) {
     POCL_LOCK_OBJ(b.mem);
-    b.state->refs.active = true;
+    b.state->refs.recording = &sc.refs;
   }
   sc.copy_events.clear();
   sc.copy_waits.clear();
@@ -539,11 +549,12 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     if (st != ML_MIG_OK)
       POCL_MSG_ERR("memlayer migration: %s\n",
                    st == ML_MIG_HOST_OUT_OF_MEMORY ? "no host memory for the host copy" : ml_migration_last_error());
+    apply_retains(sc.refs);
     for (Buffer& b : list) {
-      take_refs(b.state->refs, sc.refs);
+      b.state->refs.recording = nullptr;
       POCL_UNLOCK_OBJ(b.mem);
     }
-    flush_refs(sc.refs);
+    apply_releases(sc.refs);
     if (alloc_err != CL_SUCCESS) return alloc_err;
     return st == ML_MIG_HOST_OUT_OF_MEMORY ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
   }
@@ -602,12 +613,11 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   }
   // The events the syncs below name are kept alive across the unlock:
   // another thread may then drop the planner's references to them.
-  sc.refs.retains.assign(sc.copy_waits.begin(), sc.copy_waits.end());
-  sc.refs.retains.insert(sc.refs.retains.end(), sc.command_waits.begin(), sc.command_waits.end());
-  sc.refs.releases.assign(sc.refs.retains.begin(), sc.refs.retains.end());
-  apply_refs(sc.refs.retains, true);
+  for (cl_event e : sc.copy_waits) RefLog::add(sc.refs.retains, e), RefLog::add(sc.refs.releases, e);
+  for (cl_event e : sc.command_waits) RefLog::add(sc.refs.retains, e), RefLog::add(sc.refs.releases, e);
+  apply_retains(sc.refs);
   for (Buffer& b : list) {
-    take_refs(b.state->refs, sc.refs);
+    b.state->refs.recording = nullptr;
     POCL_UNLOCK_OBJ(b.mem);
   }
 
@@ -617,7 +627,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     for (size_t w = 0; w < m.wait_count; ++w)
       pocl_create_event_sync(m.node->sync.event.event, sc.copy_waits[m.first_wait + w]);
   for (cl_event w : sc.command_waits) pocl_create_event_sync(final_event, w);
-  flush_refs(sc.refs);
+  apply_releases(sc.refs);
   for (const Migration& m : migrations) {
     cl_event ev = m.node->sync.event.event;
     pocl_command_enqueue(m.queue, m.node);

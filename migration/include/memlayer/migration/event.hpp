@@ -18,9 +18,11 @@ struct EventOps {
   /// Take / drop one reference. May be null when events need no counting.
   void (*retain)(void* context, Event e) = nullptr;
   void (*release)(void* context, Event e) = nullptr;
-  /// True once e has finished (completed or failed) and nothing new can
+  /// Nonzero once e has finished (completed or failed) and nothing new can
   /// depend on it meaningfully. May be null: then nothing is pruned early.
-  bool (*finished)(void* context, Event e) = nullptr;
+  /// (int, not bool: the struct matches the C API's ml_event_ops, so a C
+  /// runtime's callbacks are called directly, with no adapter between.)
+  int (*finished)(void* context, Event e) = nullptr;
 
   void hold(Event e) const {
     if (e != nullptr && retain != nullptr) retain(context, e);
@@ -28,7 +30,7 @@ struct EventOps {
   void drop(Event e) const {
     if (e != nullptr && release != nullptr) release(context, e);
   }
-  [[nodiscard]] bool done(Event e) const { return e == nullptr || (finished != nullptr && finished(context, e)); }
+  [[nodiscard]] bool done(Event e) const { return e == nullptr || (finished != nullptr && finished(context, e) != 0); }
 };
 
 }  // namespace memlayer::migration

@@ -119,6 +119,9 @@ class RangeVersions {
   using SpanMap = std::map<std::uint64_t, Span>;  // key: offset; a span ends where the next begins
 
   [[nodiscard]] std::uint64_t end_of(SpanMap::const_iterator it) const;
+  // The span holding byte `offset` (< size).
+  SpanMap::iterator span_containing(std::uint64_t offset);
+  [[nodiscard]] SpanMap::const_iterator span_containing(std::uint64_t offset) const;
   SpanMap::iterator split_at(std::uint64_t offset);
   void merge_range(std::uint64_t begin, std::uint64_t end);
   [[nodiscard]] const Holder* holder(const Span& s, Location l) const;
@@ -127,7 +130,8 @@ class RangeVersions {
   void drop_span(const Span& s) const;
   void add_reader(Span& s, Event e);
   void prune(Span& s);
-  void plan_fetch(std::uint64_t begin, std::uint64_t end, Location at, const CostModel& cost, Plan& out) const;
+  void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
+                  const CostModel& cost, Plan& out) const;
 
   std::uint64_t size_;
   const EventOps& ops_;
