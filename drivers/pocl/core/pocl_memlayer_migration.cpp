@@ -536,7 +536,8 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     st = b.plan == nullptr ? ML_MIG_HOST_OUT_OF_MEMORY
                            : ml_versions_plan(b.state->versions.get(), sc.uses.data() + b.first, b.count, at,
                                               cs->cost.get(), b.plan);
-    for (size_t c = 0; st == ML_MIG_OK && c < ml_plan_copy_count(b.plan); ++c) {
+    const size_t copies = st == ML_MIG_OK ? ml_plan_copy_count(b.plan) : 0;
+    for (size_t c = 0; st == ML_MIG_OK && c < copies; ++c) {
       ml_copy copy = ml_plan_copy(b.plan, c);
       if ((copy.src == kHost || copy.dst == kHost) && !ensure_host_copy(*b.state)) st = ML_MIG_HOST_OUT_OF_MEMORY;
     }
@@ -605,7 +606,8 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
       add_wait(sc.command_waits, 0, ev, command_queue);
     }
     const ml_event* waits = ml_plan_waits(b.plan);
-    for (size_t w = 0; w < ml_plan_wait_count(b.plan); ++w)
+    const size_t wait_count = ml_plan_wait_count(b.plan);
+    for (size_t w = 0; w < wait_count; ++w)
       add_wait(sc.command_waits, 0, static_cast<cl_event>(waits[w]), command_queue);
     // Commit cannot fail here: same plan, same uses, one event per copy.
     ml_versions_commit(b.state->versions.get(), b.plan, sc.copy_events.data() + b.first_copy, n, u, b.count, at,
