@@ -89,6 +89,28 @@ TEST_F(PoclDevice, FullMemoryEvictsIdleBuffersAndLosesNothing) {
   EXPECT_GE(after.eviction_bytes_written_back - before.eviction_bytes_written_back, 2 * kBlock);
 }
 
+TEST_F(PoclDevice, EvictionTakesTheLeastRecentlyUsedBuffer) {
+  constexpr std::size_t kBlock = 16 << 20;  // four fill the device
+  std::vector<Mem> bufs;
+  for (int i = 0; i < 5; ++i) bufs.push_back(buffer(kBlock));
+  for (std::uint32_t i = 0; i < 4; ++i) ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 1000), CL_SUCCESS) << i;
+  // The first buffer, created and written first, is used again: the
+  // second is now the least recently used.
+  ASSERT_TRUE(has_pattern(bufs[0].get(), kBlock, 0));
+  const auto before = migration_stats();
+  ASSERT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_SUCCESS);
+  const auto evicted = migration_stats();
+  ASSERT_EQ(evicted.evictions - before.evictions, 1u);
+  EXPECT_EQ(evicted.eviction_bytes_written_back - before.eviction_bytes_written_back, kBlock);
+  // The first is still on the device: reading it imports nothing.
+  EXPECT_TRUE(has_pattern(bufs[0].get(), kBlock, 0));
+  EXPECT_EQ(migration_stats().h2d_bytes - evicted.h2d_bytes, 0u) << "the recently used buffer was evicted";
+  // The second was the one written back: reading it brings it back.
+  const auto reread = migration_stats();
+  EXPECT_TRUE(has_pattern(bufs[1].get(), kBlock, 1000));
+  EXPECT_EQ(migration_stats().h2d_bytes - reread.h2d_bytes, kBlock);
+}
+
 TEST_F(PoclDevice, FullMemoryWithNothingIdleFailsTheEnqueueCleanlyAndRecovers) {
   constexpr std::size_t kBlock = 16 << 20;
   std::vector<Mem> bufs;

@@ -203,11 +203,18 @@ struct BufferState {
   cl_mem mem = nullptr;
   bool host_ref = false;  // holds one mem_host_ptr reference for the host copy
   std::list<BufferState*>::iterator registered;
+  // The stamp of the last command that used it (eviction takes the least
+  // recently used first). Written under the buffer's lock, read by
+  // eviction without it: a stale stamp only changes the order.
+  std::atomic<uint64_t> last_use{0};
 };
+
+// Command stamps: one increment per command, not per buffer.
+std::atomic<uint64_t> g_command_stamp{0};
 
 struct Registry {
   std::mutex mutex;
-  std::list<BufferState*> buffers;  // oldest first: eviction's order
+  std::list<BufferState*> buffers;  // every buffer with versions
 };
 
 // Never destroyed: a program may return from main while PoCL's worker
@@ -270,28 +277,30 @@ bool ensure_host_copy(BufferState& s) {
 }
 
 // Evicts one buffer that is idle on dev's memory (no unfinished use, no
-// mapping, not locked by a command being planned): its bytes held only
-// there are written back to the host copy, then its storage is freed.
+// mapping, not locked by a command being planned), the least recently used
+// first: its bytes held only there are written back to the host copy, then
+// its storage is freed.
 // Busy buffers (locked by another thread) are skipped, so eviction never
 // waits on a lock while holding one. Returns whether it freed anything.
 bool evict_one(cl_device_id dev, cl_mem keep) {
   const int gid = dev->global_mem_id;
   const uint32_t at = location_of(dev);
   if (at == kHost) return false;  // the host copy itself: nowhere to write back to
-  std::vector<cl_mem> candidates;
+  std::vector<std::pair<uint64_t, cl_mem>> candidates;  // (last use, buffer)
   {
     std::lock_guard<std::mutex> lock(g_registry.mutex);
-    for (auto it = g_registry.buffers.rbegin(); it != g_registry.buffers.rend(); ++it) {
-      cl_mem m = (*it)->mem;
+    for (BufferState* b : g_registry.buffers) {
+      cl_mem m = b->mem;
       if (m == keep) continue;
       if (pthread_mutex_trylock(&m->pocl_lock) != 0) continue;
       if (m->pocl_refcount > 0 && m->map_count == 0 && mem_allocated_at(m, gid)) {
         ++m->pocl_refcount;  // kept alive until we are done with it
-        candidates.push_back(m);
+        candidates.emplace_back(b->last_use.load(std::memory_order_relaxed), m);
       }
       POCL_UNLOCK_OBJ(m);
     }
   }
+  std::sort(candidates.begin(), candidates.end());
   Plan plan;
   {
     ml_plan* p = nullptr;
@@ -300,7 +309,7 @@ bool evict_one(cl_device_id dev, cl_mem keep) {
   }
   bool evicted = false;
   RefLog dropped;
-  for (cl_mem m : candidates) {
+  for (const auto& [stamp, m] : candidates) {
     if (!evicted && pthread_mutex_trylock(&m->pocl_lock) == 0) {
       auto* s = static_cast<BufferState*>(m->memlayer_state);
       const char* error = nullptr;
@@ -522,6 +531,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   sc.copy_waits.clear();
   sc.command_waits.clear();
   std::vector<Migration> migrations;  // empty (no allocation) when nothing moves
+  const uint64_t stamp = g_command_stamp.fetch_add(1, std::memory_order_relaxed) + 1;
   // Plan every buffer first: a failure then leaves nothing recorded. A
   // buffer evicted by another thread since phase 1 is allocated again.
   ml_mig_status st = ML_MIG_OK;
@@ -565,6 +575,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     // Held until the command finishes (pocl_free_event_memobjs); an unmap
     // releases the reference its map took.
     if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT) POCL_RETAIN_OBJECT_UNLOCKED(b.mem);
+    b.state->last_use.store(stamp, std::memory_order_relaxed);
 
     b.first_copy = sc.copy_events.size();
     for (size_t c = 0; c < n; ++c) {
