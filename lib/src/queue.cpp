@@ -38,6 +38,23 @@ BufferUse use_of(const Buffer& b, std::uint64_t offset, std::uint64_t size, Acce
   return BufferUse{b.parent(), migration::Use{b.offset() + offset, size, access}};
 }
 
+// A box in `b` (offsets from b's start), checked to lie within it.
+Result<RectBox> buffer_box(const Buffer& b, const RectLayout& layout, const RectRegion& region, const char* what) {
+  Result<RectBox> box = RectBox::make(layout, region, what);
+  if (box && box.value().end() > b.size())
+    return Status::error(cl::kInvalidValue, std::string(what) + ": the box ends at byte " +
+                                                std::to_string(box.value().end()) + ", beyond the buffer's " +
+                                                std::to_string(b.size()) + " bytes");
+  return box;
+}
+
+// The bounding range of a box, for the planner: a box with gaps is a write
+// that leaves bytes unwritten.
+BufferUse box_use(const Buffer& b, const RectBox& box, bool writes) {
+  const Access a = !writes ? Access::read : (box.contiguous() ? Access::overwrite : Access::write);
+  return use_of(b, box.first(), box.end() - box.first(), a);
+}
+
 Result<Event> blocking_wait(Result<Event> r, bool blocking) {
   if (!r || !blocking) return r;
   if (r.value().wait() < 0) return Status::error(r.value().status(), r.value().error_message());
@@ -130,6 +147,90 @@ Result<Event> Queue::enqueue_fill(const Buffer& buffer, const void* pattern, std
   spec.make_work = [dev, size, bytes](std::span<const Target> t) {
     const DeviceAddress to = t[0].address;
     return std::function<Status()>([dev, to, size, bytes] { return dev->driver().fill(to, size, bytes); });
+  };
+  return state_->context->enqueue(*state_, std::move(spec), wait);
+}
+
+Result<Event> Queue::enqueue_write_rect(const Buffer& buffer, const RectLayout& buffer_layout,
+                                        const RectLayout& host_layout, const RectRegion& region, const void* source,
+                                        bool blocking, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "write_rect"); !s.ok()) return s;
+  Result<RectBox> in_buffer = buffer_box(buffer, buffer_layout, region, "write_rect (buffer)");
+  if (!in_buffer) return in_buffer.error();
+  Result<RectBox> in_host = RectBox::make(host_layout, region, "write_rect (host)");
+  if (!in_host) return in_host.error();
+  if (source == nullptr) return Status::error(cl::kInvalidValue, "write_rect: the source pointer is null");
+  if ((buffer.flags() & (mem::kHostReadOnly | mem::kHostNoAccess)) != 0)
+    return Status::error(cl::kInvalidOperation, "write_rect: the buffer is HOST_READ_ONLY or HOST_NO_ACCESS");
+  CommandSpec spec;
+  spec.uses = {box_use(buffer, in_buffer.value(), true)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  const auto* from = static_cast<const std::byte*>(source);
+  spec.make_work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const Target> t) {
+    const DeviceAddress base = t[0].address - box.first();  // the buffer's byte 0
+    return std::function<Status()>([dev, box, host, from, base] {
+      return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
+        return dev->driver().write(base + device_row, from + host_row, box.region()[0]);
+      });
+    });
+  };
+  return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+}
+
+Result<Event> Queue::enqueue_read_rect(const Buffer& buffer, const RectLayout& buffer_layout,
+                                       const RectLayout& host_layout, const RectRegion& region, void* destination,
+                                       bool blocking, WaitList wait) {
+  if (Status s = check_buffer(*state_, buffer, "read_rect"); !s.ok()) return s;
+  Result<RectBox> in_buffer = buffer_box(buffer, buffer_layout, region, "read_rect (buffer)");
+  if (!in_buffer) return in_buffer.error();
+  Result<RectBox> in_host = RectBox::make(host_layout, region, "read_rect (host)");
+  if (!in_host) return in_host.error();
+  if (destination == nullptr) return Status::error(cl::kInvalidValue, "read_rect: the destination pointer is null");
+  if ((buffer.flags() & (mem::kHostWriteOnly | mem::kHostNoAccess)) != 0)
+    return Status::error(cl::kInvalidOperation, "read_rect: the buffer is HOST_WRITE_ONLY or HOST_NO_ACCESS");
+  CommandSpec spec;
+  spec.uses = {box_use(buffer, in_buffer.value(), false)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  auto* to = static_cast<std::byte*>(destination);
+  spec.make_work = [dev, box = in_buffer.value(), host = in_host.value(), to](std::span<const Target> t) {
+    const DeviceAddress base = t[0].address - box.first();
+    return std::function<Status()>([dev, box, host, to, base] {
+      return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
+        return dev->driver().read(base + device_row, to + host_row, box.region()[0]);
+      });
+    });
+  };
+  return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+}
+
+Result<Event> Queue::enqueue_copy_rect(const Buffer& source, const Buffer& destination,
+                                       const RectLayout& source_layout, const RectLayout& destination_layout,
+                                       const RectRegion& region, WaitList wait) {
+  if (Status s = check_buffer(*state_, source, "copy_rect source"); !s.ok()) return s;
+  if (Status s = check_buffer(*state_, destination, "copy_rect destination"); !s.ok()) return s;
+  Result<RectBox> from = buffer_box(source, source_layout, region, "copy_rect (source)");
+  if (!from) return from.error();
+  Result<RectBox> to = buffer_box(destination, destination_layout, region, "copy_rect (destination)");
+  if (!to) return to.error();
+  if (source.parent() == destination.parent() &&
+      overlap(from.value(), source.offset(), to.value(), destination.offset()))
+    return Status::error(cl::kInvalidValue, "copy_rect: the source and destination boxes overlap");
+  CommandSpec spec;
+  spec.uses = {box_use(source, from.value(), false), box_use(destination, to.value(), true)};
+  spec.device = state_->device;
+  spec.at = state_->device->location();
+  detail::DeviceState* dev = state_->device;
+  spec.make_work = [dev, a = from.value(), b = to.value()](std::span<const Target> t) {
+    const DeviceAddress a_base = t[0].address - a.first(), b_base = t[1].address - b.first();
+    return std::function<Status()>([dev, a, b, a_base, b_base] {
+      return for_each_row_pair(a, b, [&](std::uint64_t from_row, std::uint64_t to_row) {
+        return dev->driver().copy(a_base + from_row, b_base + to_row, a.region()[0]);
+      });
+    });
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
 }

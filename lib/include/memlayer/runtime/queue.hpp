@@ -24,6 +24,7 @@
 #include "memlayer/runtime/buffer.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 #include "memlayer/runtime/event.hpp"
+#include "memlayer/runtime/rect.hpp"
 #include "memlayer/runtime/status.hpp"
 
 namespace memlayer::runtime {
@@ -61,6 +62,25 @@ class Queue {
                              std::uint64_t destination_offset, std::uint64_t size, WaitList wait = {});
   Result<Event> enqueue_fill(const Buffer& buffer, const void* pattern, std::uint64_t pattern_size,
                              std::uint64_t offset, std::uint64_t size, WaitList wait = {});
+
+  /// clEnqueueWriteBufferRect / clEnqueueReadBufferRect: a box of `region`
+  /// (bytes per row, rows, slices) between the buffer, laid out by
+  /// `buffer_layout` from the buffer's start, and host memory at `host`,
+  /// laid out by `host_layout` (rect.hpp). Errors: kInvalidValue for a bad
+  /// layout, a box beyond the buffer or a null pointer; kInvalidOperation
+  /// for the buffer's host-access flags. Migration sees the box's bounding
+  /// range: a read brings all of it, a write with gaps between its rows
+  /// brings the gaps' stale bytes first (they stay valid), a gapless write
+  /// brings nothing. The driver moves one row per call.
+  Result<Event> enqueue_write_rect(const Buffer& buffer, const RectLayout& buffer_layout, const RectLayout& host_layout,
+                                   const RectRegion& region, const void* source, bool blocking, WaitList wait = {});
+  Result<Event> enqueue_read_rect(const Buffer& buffer, const RectLayout& buffer_layout, const RectLayout& host_layout,
+                                  const RectRegion& region, void* destination, bool blocking, WaitList wait = {});
+  /// clEnqueueCopyBufferRect. Within one buffer, or between sub-buffers of
+  /// one parent, the two boxes must not share a byte (kInvalidValue; the
+  /// check is exact: interleaved rows that do not touch are fine).
+  Result<Event> enqueue_copy_rect(const Buffer& source, const Buffer& destination, const RectLayout& source_layout,
+                                  const RectLayout& destination_layout, const RectRegion& region, WaitList wait = {});
 
   struct Mapping {
     void* pointer = nullptr;
