@@ -31,6 +31,7 @@
 #include "memlayer/drivers/sim_device.hpp"
 #include "memlayer/runtime/context.hpp"
 #include "memlayer/runtime/queue.hpp"
+#include "memlayer/runtime/rect.hpp"
 
 using namespace memlayer;
 using namespace memlayer::runtime;
@@ -211,6 +212,51 @@ class Worker {
     s_.min_bytes.fetch_add(moved, std::memory_order_relaxed);
   }
 
+  // Box commands (rows of a RectRegion, pitched apart). A random region that
+  // fits in `size` bytes packed, and a random layout of it (pitches, origin)
+  // within `size` bytes, tight when nothing looser fits.
+  RectRegion random_region(std::uint64_t size) {
+    const std::uint64_t w = 1 + rng_() % std::min<std::uint64_t>(size, 64);
+    const std::uint64_t rows = 1 + rng_() % std::min<std::uint64_t>(size / w, 16);
+    const std::uint64_t slices = rows * w * 2 <= size && rng_() % 2 == 0 ? 2 : 1;
+    return {w, rows, slices};
+  }
+  RectLayout random_layout(const RectRegion& region, std::uint64_t size) {
+    const auto [w, rows, slices] = region;
+    for (int attempt = 0;; ++attempt) {
+      const bool loose = attempt < 3;
+      const std::uint64_t row_pitch = w + (loose ? rng_() % 64 : 0);
+      const std::uint64_t slice_pitch = rows * row_pitch + (loose ? row_pitch * (rng_() % 2) : 0);
+      const std::uint64_t extent = (slices - 1) * slice_pitch + (rows - 1) * row_pitch + w;
+      if (extent > size) continue;  // the packed attempt always fits a random_region(size)
+      const std::uint64_t x = rng_() % (std::min(row_pitch - w, size - extent) + 1);
+      const std::uint64_t y = rng_() % ((size - extent - x) / row_pitch + 1);
+      return RectLayout{{x, y, 0}, row_pitch, slice_pitch};
+    }
+  }
+  static RectBox box_of(const RectLayout& layout, const RectRegion& region) {
+    return RectBox::make(layout, region, "stress").value();  // valid by construction
+  }
+
+  // The model's side of a box written at `loc` into the parent at `base`
+  // (the view's offset): the rows take `bytes` (and `known`, or known when
+  // null), row after row; the gaps between them keep their bytes, which the
+  // runtime brings to `loc` first (the box's bounding range is one write).
+  void write_box(Model& m, std::uint64_t base, const RectBox& box, const std::uint8_t* bytes,
+                 const std::uint8_t* known, std::uint64_t loc) {
+    const std::uint64_t w = box.region()[0];
+    std::uint64_t cursor = base + box.first(), i = 0;
+    box.for_each_row([&](std::uint64_t row) {
+      const std::uint64_t at = base + row;
+      if (at > cursor) touch(m, cursor, at - cursor, loc, true, true);
+      std::copy(bytes + i, bytes + i + w, m.bytes.begin() + static_cast<long>(at));
+      for (std::uint64_t k = 0; k < w; ++k) m.known[at + k] = known != nullptr ? known[i + k] : 1;
+      touch(m, at, w, loc, false, true);
+      cursor = at + w;
+      i += w;
+    });
+  }
+
   void track(Result<Event> r, const char* what, std::initializer_list<std::size_t> parents) {
     if (!r) {
       if (r.error().code == cl::kMemObjectAllocationFailure) {
@@ -242,22 +288,33 @@ class Worker {
   }
 
   void read(const View& v, std::uint64_t off, std::uint64_t n, std::size_t q) {
+    read_box(v, RectLayout{{off, 0, 0}, 0, 0}, RectRegion{n, 1, 1}, q, false);
+  }
+
+  // A read of a box (as_rect: a read_rect command; else one row, a read).
+  void read_box(const View& v, const RectLayout& layout, const RectRegion& region, std::size_t q, bool as_rect) {
     Model& m = models_[v.parent];
+    const RectBox box = box_of(layout, region);
     PendingRead pr;
-    pr.out.resize(n);
-    const std::uint64_t base = v.buffer.offset() + off;
-    pr.expected.assign(m.bytes.begin() + static_cast<long>(base), m.bytes.begin() + static_cast<long>(base + n));
-    pr.known.assign(m.known.begin() + static_cast<long>(base), m.known.begin() + static_cast<long>(base + n));
+    pr.out.resize(region[0] * region[1] * region[2]);
+    box.for_each_row([&](std::uint64_t row) {
+      const auto at = m.bytes.begin() + static_cast<long>(v.buffer.offset() + row);
+      const auto known = m.known.begin() + static_cast<long>(v.buffer.offset() + row);
+      pr.expected.insert(pr.expected.end(), at, at + static_cast<long>(region[0]));
+      pr.known.insert(pr.known.end(), known, known + static_cast<long>(region[0]));
+    });
     pr.parent = v.parent;
     pr.poisoned_at_enqueue = m.poisoned || poison_all_;
     const bool blocking = rng_() % 4 == 0;
     if (blocking) open_all_gates();  // never block on a gate this thread still holds shut
     auto w = wait_list();
-    auto r = s_.queues[q]->enqueue_read(v.buffer, off, n, pr.out.data(), blocking, w);
+    auto r = as_rect ? s_.queues[q]->enqueue_read_rect(v.buffer, layout, {}, region, pr.out.data(), blocking, w)
+                     : s_.queues[q]->enqueue_read(v.buffer, box.first(), region[0], pr.out.data(), blocking, w);
     if (!r && blocking && r.error().code != cl::kMemObjectAllocationFailure) return;  // it ran and failed
     if (!r && r.error().code != cl::kMemObjectAllocationFailure) fail("read: " + r.error().message);
     if (!r) return;
-    touch(m, base, n, loc_bit(q), true, false);
+    // The runtime brings the box's whole bounding range.
+    touch(m, v.buffer.offset() + box.first(), box.end() - box.first(), loc_bit(q), true, false);
     pr.event = r.value();
     published(pr.event);
     pending_.push_back(std::move(pr));
@@ -293,7 +350,9 @@ class Worker {
     const std::uint64_t n = 1 + rng_() % (v.buffer.size() - off);
     const std::uint64_t base = v.buffer.offset() + off;
     const unsigned op = static_cast<unsigned>(rng_() % 100);
-    if (op < 20) {  // write
+    if (op < 5) {  // write a box
+      write_rect(v, m, q);
+    } else if (op < 20) {  // write
       auto data = std::make_shared<std::vector<std::uint8_t>>(n);
       for (auto& b : *data) b = static_cast<std::uint8_t>(rng_());
       const bool blocking = rng_() % 4 == 0;
@@ -310,8 +369,11 @@ class Worker {
         keep(r.value(), data);
       }
       track(std::move(r), "write", {v.parent});
-    } else if (op < 40) {
+    } else if (op < 35) {
       read(v, off, n, q);
+    } else if (op < 40) {  // read a box
+      const RectRegion region = random_region(v.buffer.size());
+      read_box(v, random_layout(region, v.buffer.size()), region, q, true);
     } else if (op < 50) {  // fill
       const std::uint64_t ps = std::uint64_t{1} << (rng_() % 4);
       const std::uint64_t foff = off / ps * ps;
@@ -329,6 +391,8 @@ class Worker {
         touch(m, v.buffer.offset() + foff, fn, loc_bit(q), false, true);
       }
       track(std::move(r), "fill", {v.parent});
+    } else if (op < 55) {  // copy a box, within one parent or between two
+      copy_rect(v, q);
     } else if (op < 60) {  // copy, within one parent or between two
       View& d = views_[rng_() % views_.size()];
       Model& dm = models_[d.parent];
@@ -388,6 +452,48 @@ class Worker {
     } else {  // a user event that gates later commands for a while
       gates_.push_back(s_.ctx->create_user_event());
     }
+  }
+
+  void write_rect(const View& v, Model& m, std::size_t q) {
+    const RectRegion region = random_region(v.buffer.size());
+    const RectLayout layout = random_layout(region, v.buffer.size());
+    auto data = std::make_shared<std::vector<std::uint8_t>>(region[0] * region[1] * region[2]);
+    for (auto& b : *data) b = static_cast<std::uint8_t>(rng_());
+    const bool blocking = rng_() % 4 == 0;
+    if (blocking) open_all_gates();
+    auto r = s_.queues[q]->enqueue_write_rect(v.buffer, layout, {}, region, data->data(), blocking, wait_list());
+    if (!r && blocking && r.error().code != cl::kMemObjectAllocationFailure) {
+      m.poisoned = true;  // the blocking write's command itself failed
+      return;
+    }
+    if (r) {
+      write_box(m, v.buffer.offset(), box_of(layout, region), data->data(), nullptr, loc_bit(q));
+      keep(r.value(), data);
+    }
+    track(std::move(r), "write_rect", {v.parent});
+  }
+
+  void copy_rect(const View& v, std::size_t q) {
+    const View& d = views_[rng_() % views_.size()];
+    const RectRegion region = random_region(std::min(v.buffer.size(), d.buffer.size()));
+    const RectLayout from = random_layout(region, v.buffer.size()), to = random_layout(region, d.buffer.size());
+    const RectBox src = box_of(from, region), dst = box_of(to, region);
+    if (v.parent == d.parent && overlap(src, v.buffer.offset(), dst, d.buffer.offset())) return;  // not allowed
+    auto r = s_.queues[q]->enqueue_copy_rect(v.buffer, d.buffer, from, to, region, wait_list());
+    if (r) {
+      Model& m = models_[v.parent];
+      std::vector<std::uint8_t> bytes, known;
+      src.for_each_row([&](std::uint64_t row) {
+        const std::uint64_t at = v.buffer.offset() + row;
+        bytes.insert(bytes.end(), m.bytes.begin() + static_cast<long>(at),
+                     m.bytes.begin() + static_cast<long>(at + region[0]));
+        known.insert(known.end(), m.known.begin() + static_cast<long>(at),
+                     m.known.begin() + static_cast<long>(at + region[0]));
+      });
+      touch(m, v.buffer.offset() + src.first(), src.end() - src.first(), loc_bit(q), true, false);
+      write_box(models_[d.parent], d.buffer.offset(), dst, bytes.data(), known.data(), loc_bit(q));
+    }
+    track(std::move(r), "copy_rect", {v.parent, d.parent});
   }
 
   // out[i] = out[i] * 3 + k + first byte of each read argument, over the
