@@ -17,6 +17,7 @@ extern "C" {
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -76,7 +77,7 @@ using Versions = std::unique_ptr<ml_versions, VersionsDeleter>;
 struct RefLog {
   struct Run {
     ml_event event;
-    cl_uint count;
+    int count;  // the type of pocl_refcount
   };
   std::vector<Run> retains;
   std::vector<Run> releases;
@@ -118,13 +119,13 @@ int event_finished(void*, ml_event e) {
 void apply_runs(std::vector<RefLog::Run>& runs, bool retain) {
   for (const RefLog::Run& r : runs) {
     auto e = static_cast<cl_event>(r.event);
-    const cl_uint k = r.count;
+    const int k = r.count;
     POCL_LOCK_OBJ(e);
-    if (retain || e->pocl_refcount > static_cast<int>(k)) {
-      e->pocl_refcount += retain ? static_cast<int>(k) : -static_cast<int>(k);
+    if (retain || e->pocl_refcount > k) {
+      e->pocl_refcount += retain ? k : -k;
       POCL_UNLOCK_OBJ(e);
     } else {
-      e->pocl_refcount -= static_cast<int>(k) - 1;  // the last one frees it
+      e->pocl_refcount -= k - 1;  // the last one frees it
       POCL_UNLOCK_OBJ(e);
       POname(clReleaseEvent)(e);
     }
@@ -626,8 +627,12 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   }
   // The events the syncs below name are kept alive across the unlock:
   // another thread may then drop the planner's references to them.
-  for (cl_event e : sc.copy_waits) RefLog::add(sc.refs.retains, e), RefLog::add(sc.refs.releases, e);
-  for (cl_event e : sc.command_waits) RefLog::add(sc.refs.retains, e), RefLog::add(sc.refs.releases, e);
+  for (const auto* waits : {&sc.copy_waits, &sc.command_waits}) {
+    for (cl_event e : *waits) {
+      RefLog::add(sc.refs.retains, e);
+      RefLog::add(sc.refs.releases, e);
+    }
+  }
   apply_retains(sc.refs);
   for (Buffer& b : list) {
     b.state->refs.recording = nullptr;
