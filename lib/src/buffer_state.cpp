@@ -7,13 +7,18 @@
 
 namespace memlayer::runtime::detail {
 
+namespace {
+// Content the user gave is valid at the host copy only; any other is
+// undefined and valid anywhere (engine.hpp).
+bool has_host_content(std::uint32_t flags) { return (flags & (mem::kUseHostPtr | mem::kCopyHostPtr)) != 0; }
+}  // namespace
+
 BufferState::BufferState(std::shared_ptr<ContextState> context, std::uint64_t size, std::uint32_t flags,
                          void* user_host_ptr)
     : context_(std::move(context)),
-      versions(size, migration::LocationSet::of(migration::kHost), context_->event_ops),
-      instances(context_->by_location.size()),
       size_(size),
-      flags_(flags) {
+      flags_(flags),
+      tracked(context_->engine, this, size, has_host_content(flags)) {
   if ((flags & mem::kUseHostPtr) != 0) {
     host_ = static_cast<std::byte*>(user_host_ptr);
   } else if ((flags & (mem::kCopyHostPtr | mem::kAllocHostPtr)) != 0) {
@@ -31,19 +36,6 @@ std::byte* BufferState::host() {
     host_ = owned_.get();
   }
   return host_;
-}
-
-BufferState::~BufferState() {
-  // Every command that used this buffer held it alive until it finished, so
-  // nothing can still be using the storage.
-  for (std::size_t loc = 0; loc < instances.size(); ++loc) {
-    Instance& inst = instances[loc];
-    if (!inst.allocated) continue;
-    DeviceState* dev = context_->by_location[loc];
-    std::lock_guard mem(dev->memory_mutex);
-    dev->driver().on_free(inst.address, size_);
-    dev->memory->free(inst.address);
-  }
 }
 
 }  // namespace memlayer::runtime::detail

@@ -130,12 +130,13 @@ Event Context::create_user_event() { return Event(std::make_shared<detail::Event
 
 ContextStats Context::stats() const {
   ContextStats s;
-  s.bytes_migrated = state_->bytes_migrated;
-  s.copies_direct = state_->copies_direct;
-  s.copies_to_host = state_->copies_to_host;
-  s.copies_from_host = state_->copies_from_host;
-  s.evictions = state_->evictions;
-  s.write_backs = state_->write_backs;
+  const engine::EngineStats e = state_->engine.stats();
+  s.bytes_migrated = e.bytes_migrated;
+  s.copies_direct = e.copies_direct;
+  s.copies_to_host = e.copies_to_host;
+  s.copies_from_host = e.copies_from_host;
+  s.evictions = e.evictions;
+  s.write_backs = e.write_backs;
   for (const auto& dev : state_->devices) {
     std::lock_guard mem(dev->memory_mutex);
     s.devices.push_back(dev->memory->region_stats());

@@ -1,15 +1,15 @@
 // The context's shared state, and the one enqueue path every command takes.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "buffer_state.hpp"
 #include "device_state.hpp"
+#include "engine_host.hpp"
+#include "memlayer/engine/engine.hpp"
 #include "memlayer/migration/cost_model.hpp"
 #include "memlayer/runtime/context.hpp"
 #include "memlayer/runtime/queue.hpp"
@@ -55,26 +55,16 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
 
   std::vector<std::unique_ptr<DeviceState>> devices;
   migration::LinkCostModel cost;
-  migration::EventOps event_ops;
   /// Device by location (nullptr for the host location).
   std::vector<DeviceState*> by_location;
+  /// The migration engine (memlayer/engine/engine.hpp) and this runtime as
+  /// its host. Declared after the devices: buffers outlive neither.
+  EngineHost engine_host{*this};
+  engine::Engine engine{engine_host};
 
-  /// The one enqueue path: allocates (evicting if needed), plans and commits
-  /// migrations, wires dependencies, submits. All or nothing.
+  /// The one enqueue path: the engine places, plans and copies; this adds
+  /// the queue's order and starts the command. All or nothing.
   Result<Event> enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
-
-  std::uint64_t next_tick() { return tick_.fetch_add(1) + 1; }
-
-  std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
-      evictions{0}, write_backs{0};
-
-  /// Buffers with storage on some device, for eviction (weak: never keeps
-  /// one alive); each once, however many devices hold it.
-  std::mutex residents_mutex;
-  std::unordered_map<const BufferState*, std::weak_ptr<BufferState>> residents;
-
- private:
-  std::atomic<std::uint64_t> tick_{0};
 };
 
 }  // namespace memlayer::runtime::detail

@@ -32,6 +32,14 @@ void resolve(const std::shared_ptr<CommandNode>& node) {
 
 }  // namespace
 
+std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status()> work) {
+  auto node = std::make_shared<CommandNode>();
+  node->event = std::make_shared<EventState>(false);
+  node->device = device;
+  node->work = std::move(work);
+  return node;
+}
+
 void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps) {
   for (const auto& dep : deps) {
     if (!dep || dep == node->event) continue;

@@ -10,6 +10,10 @@
 
 namespace memlayer::runtime::detail {
 
+/// A node for `device`'s workers (nullptr: no work, or work-less) with a
+/// fresh event.
+std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status()> work);
+
 /// Makes `node` wait for `deps`, then releases it; it may run (or fail) on
 /// this thread's call when nothing is pending. Thread-safe.
 void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps);

@@ -2,7 +2,7 @@
 
 namespace memlayer::migration {
 
-LinkCostModel::Link& LinkCostModel::at(Location src, Location dst) {
+LinkCost& LinkCostModel::at(Location src, Location dst) {
   const std::size_t n = std::max(src, dst) + 1;
   if (links_.size() < n) links_.resize(n);
   for (auto& row : links_)
@@ -12,13 +12,13 @@ LinkCostModel::Link& LinkCostModel::at(Location src, Location dst) {
 
 std::optional<double> LinkCostModel::cost(Location src, Location dst, std::uint64_t bytes) const {
   if (src == dst) return 0.0;
-  Link link{};
+  LinkCost link{};
   if (src < links_.size() && dst < links_[src].size()) link = links_[src][dst];
   if (link.bytes_per_s <= 0) {
     if (src != kHost && dst != kHost) return std::nullopt;  // no direct device-to-device link
     link = host_link_;
   }
-  return link.latency_s + static_cast<double>(bytes) / link.bytes_per_s;
+  return link.seconds(bytes);
 }
 
 }  // namespace memlayer::migration

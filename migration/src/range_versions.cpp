@@ -66,7 +66,10 @@ RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, co
   if (size == 0) throw std::invalid_argument("RangeVersions: a buffer of 0 bytes");
   if (initially_valid.empty()) throw std::invalid_argument("RangeVersions: the initial content must be valid somewhere");
   Span s;
-  initially_valid.for_each([&](Location l) { s.holders.push_back(Holder{l, nullptr}); });
+  if (initially_valid == LocationSet::all())
+    s.anywhere = true;
+  else
+    initially_valid.for_each([&](Location l) { s.holders.push_back(Holder{l, nullptr}); });
   spans_.emplace(0, std::move(s));
 }
 
@@ -115,6 +118,8 @@ void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
 }
 
 const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
+  static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
+  if (s.anywhere) return &kAnywhere;
   for (const Holder& h : s.holders)
     if (h.where == l) return &h;
   return nullptr;
@@ -296,6 +301,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
       ops_.hold(command);
       drop_span(s);
       s.version = version;
+      s.anywhere = false;
       s.holders.assign(1, Holder{at, command});
       ops_.hold(command);
       s.last_writer = command;
@@ -315,7 +321,7 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) co
     if (h == nullptr) continue;
     add_unique(out.wait, h->ready);
     for (Event r : s.readers) add_unique(out.wait, r);
-    if (s.holders.size() > 1) continue;  // valid elsewhere too: just drop it
+    if (s.anywhere || s.holders.size() > 1) continue;  // valid elsewhere too: just drop it
     const std::uint64_t x = it->first, n = end_of(it) - x;
     if (!cost.cost(at, kHost, n)) {
       throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
@@ -371,6 +377,7 @@ std::uint64_t RangeVersions::bytes_only_at(Location at) const {
 void RangeVersions::walk(const std::function<void(const SpanInfo&)>& visit) const {
   for (auto it = spans_.begin(); it != spans_.end(); ++it) {
     SpanInfo info{it->first, end_of(it) - it->first, it->second.version, {}};
+    if (it->second.anywhere) info.valid = LocationSet::all();
     for (const Holder& h : it->second.holders) info.valid.insert(h.where);
     visit(info);
   }

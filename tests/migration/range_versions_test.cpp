@@ -331,3 +331,34 @@ TEST_F(RangeVersionsTest, TheWorkedExampleOfTheDocs) {
     EXPECT_TRUE(waits_for(p5.wait, e)) << e;
   EXPECT_EQ(buffer_->span_count(), 1u);
 }
+
+TEST_F(RangeVersionsTest, UndefinedContentIsValidAnywhereUntilWritten) {
+  make(4096, LocationSet::all());
+  // Nobody gave the bytes: no location needs a copy of them.
+  Plan first = run({{0, 4096, Access::read}}, 3, ev(1));
+  EXPECT_TRUE(first.copies.empty());
+  EXPECT_TRUE(buffer_->valid_at(7, 0, 4096));
+  EXPECT_EQ(buffer_->bytes_only_at(3), 0u);
+  // Dropping a location's copy writes nothing back, and it stays valid there.
+  Plan evict;
+  buffer_->plan_evict(3, cost_, evict);
+  EXPECT_TRUE(evict.copies.empty());
+  EXPECT_TRUE(waits_for(evict.wait, ev(1))) << "the storage outlives its reader";
+  buffer_->commit_evict(evict, {}, 3);
+  EXPECT_TRUE(buffer_->valid_at(3, 0, 4096));
+  // A partial write defines its bytes only: a reader elsewhere fetches
+  // exactly them, and nothing of the still undefined rest.
+  run({{1024, 512, Access::overwrite}}, 1, ev(2));
+  Plan read = run({{0, 4096, Access::read}}, 2, ev(3));
+  ASSERT_EQ(read.copies.size(), 2u) << "staged through the host: no direct path";
+  EXPECT_EQ(read.copies[0].offset, 1024u);
+  EXPECT_EQ(read.copies[0].size, 512u);
+  EXPECT_EQ(read.bytes_moved(), 1024u);
+  int spans = 0;
+  buffer_->walk([&](const SpanInfo& s) {
+    ++spans;
+    if (s.offset == 1024) EXPECT_FALSE(s.valid == LocationSet::all());
+    else EXPECT_TRUE(s.valid == LocationSet::all()) << "undefined bytes at " << s.offset;
+  });
+  EXPECT_EQ(spans, 3);
+}

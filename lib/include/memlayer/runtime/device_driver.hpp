@@ -32,6 +32,7 @@
 #include <string>
 #include <utility>
 
+#include "memlayer/migration/cost_model.hpp"
 #include "memlayer/runtime/status.hpp"
 
 namespace memlayer::runtime {
@@ -39,14 +40,8 @@ namespace memlayer::runtime {
 /// An address in a device's global memory space.
 using DeviceAddress = std::uint64_t;
 
-/// A link's cost model: latency plus size over bandwidth.
-struct LinkCost {
-  double latency_s = 0;
-  double bytes_per_s = 0;  ///< must be > 0
-  [[nodiscard]] double seconds(std::uint64_t bytes) const {
-    return latency_s + static_cast<double>(bytes) / bytes_per_s;
-  }
-};
+/// A link's cost: latency plus size over bandwidth (bytes_per_s > 0).
+using migration::LinkCost;
 
 struct DeviceInfo {
   std::string name;

@@ -11,6 +11,17 @@
 
 namespace memlayer::migration {
 
+/// A link: latency plus size over bandwidth. The one link type of memlayer:
+/// drivers report theirs (runtime::DeviceDriver::host_link, peer_link), the
+/// LinkCostModel ranks sources with them, the sim driver paces by them.
+struct LinkCost {
+  double latency_s = 0;
+  double bytes_per_s = 0;  ///< > 0 for a link; 0 in LinkCostModel: no link
+  [[nodiscard]] double seconds(std::uint64_t bytes) const {
+    return latency_s + static_cast<double>(bytes) / bytes_per_s;
+  }
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -26,24 +37,19 @@ class CostModel {
 /// Not synchronised: configure it before planning starts.
 class LinkCostModel final : public CostModel {
  public:
-  struct Link {
-    double latency_s = 0;
-    double bytes_per_s = 0;  ///< 0: no link
-  };
-
-  explicit LinkCostModel(Link host_link = {1e-5, 10e9}) : host_link_(host_link) {}
+  explicit LinkCostModel(LinkCost host_link = {1e-5, 10e9}) : host_link_(host_link) {}
 
   /// The host link of one device (defaults to the constructor's).
-  void set_host_link(Location device, Link link) { at(device, kHost) = link, at(kHost, device) = link; }
+  void set_host_link(Location device, LinkCost link) { at(device, kHost) = link, at(kHost, device) = link; }
   /// A direct device-to-device link, one direction.
-  void set_direct(Location src, Location dst, Link link) { at(src, dst) = link; }
+  void set_direct(Location src, Location dst, LinkCost link) { at(src, dst) = link; }
 
   [[nodiscard]] std::optional<double> cost(Location src, Location dst, std::uint64_t bytes) const override;
 
  private:
-  Link& at(Location src, Location dst);
-  Link host_link_;
-  std::vector<std::vector<Link>> links_;  // [src][dst]; empty entries: defaults
+  LinkCost& at(Location src, Location dst);
+  LinkCost host_link_;
+  std::vector<std::vector<LinkCost>> links_;  // [src][dst]; empty entries: defaults
 };
 
 }  // namespace memlayer::migration

@@ -20,6 +20,8 @@ class LocationSet {
  public:
   constexpr LocationSet() = default;
   static constexpr LocationSet of(Location l) { return LocationSet(std::uint64_t{1} << l); }
+  /// Every location: what content nobody defined is valid at.
+  static constexpr LocationSet all() { return LocationSet(~std::uint64_t{0}); }
 
   [[nodiscard]] constexpr bool contains(Location l) const { return ((bits_ >> l) & 1u) != 0; }
   [[nodiscard]] constexpr bool empty() const { return bits_ == 0; }

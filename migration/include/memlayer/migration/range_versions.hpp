@@ -56,9 +56,11 @@ struct SpanInfo {
 class RangeVersions {
  public:
   /// A buffer of `size` bytes (> 0) whose initial content is valid at
-  /// `initially_valid` (the host, for COPY_/USE_HOST_PTR buffers; for others
-  /// the content is undefined, and any location may serve it: pass the host).
-  /// `ops` must outlive this object. O(1).
+  /// `initially_valid`: the host, for COPY_/USE_HOST_PTR buffers; for others
+  /// LocationSet::all(): content nobody gave is undefined, so every location
+  /// holds it already and nothing ever migrates it (it stays valid anywhere,
+  /// eviction included, until a command writes it). `ops` must outlive this
+  /// object. O(1).
   RangeVersions(std::uint64_t size, LocationSet initially_valid, const EventOps& ops);
   ~RangeVersions();
   RangeVersions(const RangeVersions&) = delete;
@@ -111,7 +113,8 @@ class RangeVersions {
   };
   struct Span {
     std::uint64_t version = 0;
-    std::vector<Holder> holders;  // sorted by location; never empty
+    bool anywhere = false;        // undefined content: valid at every location, `holders` empty
+    std::vector<Holder> holders;  // sorted by location; never empty unless `anywhere`
     Event last_writer = nullptr;
     std::vector<Event> readers;  // since last_writer
     friend bool operator==(const Span&, const Span&) = default;

@@ -1,0 +1,205 @@
+// memlayer/engine/engine.hpp — the migration engine: what happens at enqueue.
+//
+// One engine serves one context of a runtime (its Host, host.hpp). For each
+// command the runtime hands it the command's buffer uses and the location the
+// command runs at; the engine then, all or nothing:
+//   1. finds or allocates each buffer's storage there; when the location is
+//      full it evicts the least recently used buffer the command does not
+//      use (bytes valid nowhere else are written back to the host copy
+//      first, asynchronously; the storage is handed back to the host with
+//      the events that must finish before anything reuses it);
+//   2. plans each buffer (migration::RangeVersions::plan: which stale bytes
+//      must come from where, what the command must wait for);
+//   3. has the host create the copies (unstarted);
+//   4. commits the plans — the new versions, readers and writers — and
+//      records the command and its copies as users of the storage;
+//   5. releases the buffers' locks, starts the copies, and reports what the
+//      command must wait for (Submission::waits) and where each use's bytes
+//      are (Submission::storage).
+// A step that fails undoes every earlier step of this enqueue: no version
+// changed, no storage left allocated for it, no copy started. Evictions made
+// on the way stay (each is complete and correct on its own: it changes where
+// bytes are, never what they are). doc/engine.md walks through it.
+//
+// Content nobody gave (a buffer created without host data) is undefined and
+// valid anywhere: it never migrates (migration::LocationSet::all()).
+//
+// Thread-safety: every member function may be called from any thread.
+// Commands on disjoint buffers enqueue in parallel; a buffer's state is
+// guarded by its own mutex, taken in address order with the command's other
+// buffers. Eviction only ever try-locks other buffers, so it never waits.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memlayer/engine/host.hpp"
+#include "memlayer/migration/access.hpp"
+#include "memlayer/migration/plan.hpp"
+#include "memlayer/migration/range_versions.hpp"
+
+namespace memlayer::engine {
+
+class Engine;
+struct EnqueueScratch;
+
+/// One buffer as the engine tracks it: its content versions by byte range
+/// and its storage at each location. The host keeps one per buffer (a
+/// parent: sub-buffers are ranges of it) for as long as the buffer lives.
+class Buffer {
+ public:
+  /// Registers a buffer of `size` (> 0) bytes with `engine`, which must
+  /// outlive it. `cookie` names it in Host calls. `host_content`: the user
+  /// gave its initial bytes in the host copy (COPY_/USE_HOST_PTR); else
+  /// they are undefined and valid anywhere. Throws std::invalid_argument for
+  /// a size of 0. O(1).
+  Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content);
+  /// Hands every storage back to the host (Host::free, after its last
+  /// users) and drops the event references. Waits for an eviction that is
+  /// working on this buffer on another thread. O(locations + spans).
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+  [[nodiscard]] void* cookie() const noexcept { return cookie_; }
+
+  /// Snapshots for tests and statistics; each takes the buffer's lock.
+  [[nodiscard]] bool has_storage(Location at) const;
+  [[nodiscard]] bool valid_at(Location at, std::uint64_t offset, std::uint64_t size) const;
+  [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
+
+ private:
+  friend class Engine;
+  friend struct EnqueueScratch;
+  friend class Transaction;
+
+  struct Storage {
+    bool allocated = false;
+    StorageHandle handle = 0;
+    std::uint64_t last_use = 0;  // the engine's command stamp, for LRU eviction
+    std::vector<Event> users;    // commands and copies that touched it, maybe unfinished
+    std::vector<Event> fences;   // what must finish before it may be written
+  };
+  Storage& storage(Location at);
+  void add_user(Storage& s, Event e);
+  void drop_storage_events(Storage& s);
+
+  Engine& engine_;
+  void* cookie_;
+  std::uint64_t size_;
+  mutable std::mutex mutex_;  // guards everything below
+  migration::RangeVersions versions_;
+  std::vector<Storage> storage_;  // by location, grown on demand
+  std::list<Buffer*>::iterator registered_;
+};
+
+/// One use of a buffer by a command: a byte range and what it does there.
+struct BufferUse {
+  Buffer* buffer = nullptr;
+  migration::Use use;
+};
+
+/// What the engine counts, over its lifetime.
+struct EngineStats {
+  std::uint64_t bytes_migrated = 0;  ///< bytes the copies move (a staged copy counts twice)
+  std::uint64_t copies_direct = 0;   ///< device to device
+  std::uint64_t copies_to_host = 0;  ///< device to host copy (staging legs and write-backs)
+  std::uint64_t copies_from_host = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t write_backs = 0;  ///< evictions that had to copy bytes valid nowhere else
+};
+
+/// Why an enqueue failed. The message names the buffer size, the location
+/// and the cause.
+struct EnqueueError {
+  enum class Code : std::uint8_t {
+    device_full,         ///< the command's buffers cannot all be placed, even after evicting
+    host_out_of_memory,  ///< no host memory for the engine's records or a host copy
+    host_failed,         ///< the host refused an allocation or a copy (Allocation::error)
+  };
+  Code code;
+  std::string message;
+};
+
+/// The result of one enqueue, and the scratch it works in. Reuse one per
+/// thread: once warm, an enqueue allocates nothing in it. Its events are
+/// retained until the next enqueue into it, clear(), or its destruction.
+class Submission {
+ public:
+  Submission();
+  ~Submission();
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
+
+  /// Every event the command must wait for: the last writers and readers
+  /// of its ranges as the ordering rules say, the copies made for it, and
+  /// the fences of storage placed over evicted storage. Each once.
+  [[nodiscard]] std::span<const Event> waits() const noexcept { return waits_; }
+  /// The storage at the command's location of each use's buffer, in the
+  /// order the uses were given (the use's bytes start at handle + offset).
+  [[nodiscard]] std::span<const StorageHandle> storage() const noexcept { return storage_; }
+  /// Drops the references waits() holds.
+  void clear() noexcept;
+
+ private:
+  friend class Engine;
+  friend class Transaction;
+  Host* host_ = nullptr;
+  std::vector<Event> waits_;
+  std::vector<StorageHandle> storage_;
+  std::unique_ptr<EnqueueScratch> scratch_;
+};
+
+class Engine {
+ public:
+  /// An engine over `host`, which must outlive it and every Buffer made
+  /// with it. O(1).
+  explicit Engine(Host& host);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Enqueues one command that runs at `at` and uses `uses` (any number,
+  /// several per buffer allowed: a buffer passed twice, a copy within one
+  /// buffer; where they overlap, a read and a write make a read_write).
+  /// `command` is the command's event (never nullptr): it becomes the last
+  /// writer or a reader of its ranges and a user of the storage. The host
+  /// makes it before the call and starts it after, waiting for out.waits();
+  /// on an error it drops it: nothing refers to it.
+  /// Preconditions: each use lies within its buffer and has a size > 0;
+  /// at < migration::kMaxLocations; the buffers belong to this engine.
+  /// Errors: EnqueueError (see there), with nothing of this enqueue left.
+  /// Complexity: O(U log U) for U uses, plus the planner's cost per buffer
+  /// (O(log spans + spans touched × locations)), plus one pass over the
+  /// engine's buffers per eviction.
+  [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
+                                                    Submission& out);
+
+  [[nodiscard]] EngineStats stats() const noexcept;
+  [[nodiscard]] Host& host() const noexcept { return host_; }
+  [[nodiscard]] const migration::EventOps& event_ops() const noexcept { return event_ops_; }
+
+ private:
+  friend class Buffer;
+  friend class Transaction;
+
+  Host& host_;
+  migration::EventOps event_ops_;  // the planner's view of host_'s events
+  std::mutex registry_mutex_;
+  std::list<Buffer*> registry_;  // every live buffer, for eviction
+  std::atomic<std::uint64_t> stamp_{0};
+  struct Counters {
+    std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
+        evictions{0}, write_backs{0};
+  } counters_;
+};
+
+}  // namespace memlayer::engine

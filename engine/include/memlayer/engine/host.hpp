@@ -1,0 +1,129 @@
+// memlayer/engine/host.hpp — what the migration engine asks of the runtime
+// it serves.
+//
+// The engine (memlayer/engine/engine.hpp) decides; its host acts. A host is
+// memlayer's own runtime (lib/src/engine_host.cpp) or PoCL's core
+// (drivers/pocl/core/): it owns the commands, the events and the memory, and
+// the engine reaches all three only through this interface.
+//
+// Events are the host's opaque handles (migration::Event): a cl_event in
+// PoCL, an EventState in memlayer's runtime. Buffers are named to the host by
+// the cookie the host gave the engine's Buffer when it made it.
+//
+// Locks. The engine calls retain(), release(), finished(), allocate(),
+// free() and create_copy() while it holds the locks of the buffers a command
+// uses (the engine's own, never the host's): these must not call back into
+// the engine, block on another enqueue, or run user callbacks. submit_copy()
+// and discard_copy() are called with no engine lock held.
+//
+// Thread-safety: the engine calls a host from every thread that enqueues, at
+// once; each function must be safe for that.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memlayer/migration/cost_model.hpp"
+#include "memlayer/migration/event.hpp"
+#include "memlayer/migration/location.hpp"
+
+namespace memlayer::engine {
+
+using migration::Event;
+using migration::Location;
+
+/// Where a buffer's bytes live at one location, as the host names them (a
+/// device address, a host pointer): the engine only stores it and hands it
+/// back. Byte `o` of the buffer is at `handle + o`.
+using StorageHandle = std::uint64_t;
+
+/// What allocate() hands back.
+struct Allocation {
+  enum class Outcome : std::uint8_t {
+    ok,    ///< `handle` is the new storage
+    full,  ///< the location has no room: the engine may evict and try again
+    error  ///< anything else (`message` says what); the enqueue fails
+  };
+  Outcome outcome = Outcome::error;
+  StorageHandle handle = 0;
+  /// Events that must finish before anything may write the new storage
+  /// (it may overlap storage an eviction freed, still being read out). The
+  /// host transfers one reference to each to the engine.
+  std::vector<Event> fences;
+  std::string message;
+};
+
+/// A copy the host made but has not started: the engine starts it with
+/// submit_copy() or drops it with discard_copy(), exactly once.
+struct CopyHandle {
+  /// The copy's completion event. The handle owns one reference to it,
+  /// which submit_copy()/discard_copy() consume.
+  Event event = nullptr;
+  /// Whatever the host needs to start the copy later (its command node).
+  std::shared_ptr<void> host_data;
+};
+
+/// One copy the engine wants made: bytes [offset, offset + size) of the
+/// buffer `cookie`, from its storage at `src` to its storage at `dst`.
+struct CopyRequest {
+  void* cookie = nullptr;
+  Location src = migration::kHost;
+  Location dst = migration::kHost;
+  StorageHandle src_storage = 0;
+  StorageHandle dst_storage = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+};
+
+class Host {
+ public:
+  virtual ~Host() = default;
+
+  // ---- events -------------------------------------------------------------
+  /// Take / drop one reference to `e` (never nullptr). O(1). May be called
+  /// under engine locks: must not run user callbacks (dropping the last
+  /// reference frees the event and nothing else).
+  virtual void retain(Event e) noexcept = 0;
+  virtual void release(Event e) noexcept = 0;
+  /// True once `e` has completed or failed. O(1), lock-free preferred: the
+  /// engine asks it to prune finished events from its lists.
+  [[nodiscard]] virtual bool finished(Event e) const noexcept = 0;
+
+  // ---- storage ------------------------------------------------------------
+  /// Storage for all `size` bytes of buffer `cookie` at `at` (a device
+  /// location, or migration::kHost for the host copy). `full` makes the
+  /// engine evict another buffer from `at` and call again; the host copy is
+  /// never `full` (host memory exhausted is an `error`). Cost: the host's
+  /// allocator.
+  virtual Allocation allocate(Location at, void* cookie, std::uint64_t size) = 0;
+  /// Gives back storage allocate() made. The host must not let anything
+  /// write the bytes before every event in `after` has finished (its last
+  /// users, the write-back reading it out): it may wait, or free at once and
+  /// name those events as fences of whatever allocate() places over them
+  /// next. Never fails.
+  virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
+                    std::span<const Event> after) noexcept = 0;
+
+  // ---- copies -------------------------------------------------------------
+  /// Makes, without starting it, a copy of `request`'s bytes. The copy must
+  /// keep whatever it reads and writes alive until it has run (the buffer may
+  /// be released meanwhile). nullptr `event`: the copy could not be made (no
+  /// host memory; the buffer is being destroyed); the engine then gives up
+  /// the step that needed it.
+  virtual CopyHandle create_copy(const CopyRequest& request) = 0;
+  /// Starts a copy after `deps` (retained by the engine for the call).
+  virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) = 0;
+  /// Drops a copy that will never run (its enqueue failed).
+  virtual void discard_copy(CopyHandle copy) noexcept = 0;
+
+  // ---- paths --------------------------------------------------------------
+  /// What moving bytes costs between two locations, and which direct
+  /// device-to-device paths exist. Read while planning; must not change
+  /// while the engine runs.
+  [[nodiscard]] virtual const migration::CostModel& cost_model() const noexcept = 0;
+};
+
+}  // namespace memlayer::engine

@@ -1,0 +1,80 @@
+#include <stdexcept>
+
+#include "memlayer/engine/engine.hpp"
+
+namespace memlayer::engine {
+
+namespace {
+migration::LocationSet initial_holders(bool host_content) {
+  return host_content ? migration::LocationSet::of(migration::kHost) : migration::LocationSet::all();
+}
+}  // namespace
+
+Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
+    : engine_(engine), cookie_(cookie), size_(size), versions_(size, initial_holders(host_content), engine.event_ops()) {
+  std::lock_guard lock(engine_.registry_mutex_);
+  engine_.registry_.push_front(this);
+  registered_ = engine_.registry_.begin();
+}
+
+Buffer::~Buffer() {
+  {
+    std::lock_guard lock(engine_.registry_mutex_);
+    engine_.registry_.erase(registered_);
+  }
+  // An eviction picks its victim under the registry lock and holds the
+  // victim's lock past it: wait for it to finish with this buffer.
+  std::lock_guard lock(mutex_);
+  std::vector<Event> after;
+  for (std::size_t loc = 0; loc < storage_.size(); ++loc) {
+    Storage& s = storage_[loc];
+    if (!s.allocated) continue;
+    after.assign(s.users.begin(), s.users.end());
+    after.insert(after.end(), s.fences.begin(), s.fences.end());
+    engine_.host().free(static_cast<Location>(loc), cookie_, s.handle, size_, after);
+    drop_storage_events(s);
+  }
+}
+
+Buffer::Storage& Buffer::storage(Location at) {
+  if (storage_.size() <= at) storage_.resize(at + 1);
+  return storage_[at];
+}
+
+void Buffer::add_user(Storage& s, Event e) {
+  if (!s.users.empty() && s.users.back() == e) return;
+  if (s.users.size() >= 16) {
+    Host& host = engine_.host();
+    std::erase_if(s.users, [&](Event u) {
+      if (!host.finished(u)) return false;
+      host.release(u);
+      return true;
+    });
+  }
+  engine_.host().retain(e);
+  s.users.push_back(e);
+}
+
+void Buffer::drop_storage_events(Storage& s) {
+  Host& host = engine_.host();
+  for (Event e : s.users) host.release(e);
+  for (Event e : s.fences) host.release(e);
+  s = Storage{};
+}
+
+bool Buffer::has_storage(Location at) const {
+  std::lock_guard lock(mutex_);
+  return at < storage_.size() && storage_[at].allocated;
+}
+
+bool Buffer::valid_at(Location at, std::uint64_t offset, std::uint64_t size) const {
+  std::lock_guard lock(mutex_);
+  return versions_.valid_at(at, offset, size);
+}
+
+std::uint64_t Buffer::bytes_only_at(Location at) const {
+  std::lock_guard lock(mutex_);
+  return versions_.bytes_only_at(at);
+}
+
+}  // namespace memlayer::engine

@@ -1,0 +1,44 @@
+#include "memlayer/engine/engine.hpp"
+
+#include "transaction.hpp"
+
+namespace memlayer::engine {
+
+Engine::Engine(Host& host) : host_(host) {
+  event_ops_.context = &host_;
+  event_ops_.retain = [](void* h, Event e) { static_cast<Host*>(h)->retain(e); };
+  event_ops_.release = [](void* h, Event e) { static_cast<Host*>(h)->release(e); };
+  event_ops_.finished = [](void* h, Event e) -> int { return static_cast<const Host*>(h)->finished(e) ? 1 : 0; };
+}
+
+Engine::~Engine() = default;
+
+std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Location at, Event command,
+                                            Submission& out) {
+  out.clear();
+  out.host_ = &host_;
+  return Transaction(*this, uses, at, command, out).run();
+}
+
+EngineStats Engine::stats() const noexcept {
+  EngineStats s;
+  s.bytes_migrated = counters_.bytes_migrated.load();
+  s.copies_direct = counters_.copies_direct.load();
+  s.copies_to_host = counters_.copies_to_host.load();
+  s.copies_from_host = counters_.copies_from_host.load();
+  s.evictions = counters_.evictions.load();
+  s.write_backs = counters_.write_backs.load();
+  return s;
+}
+
+Submission::Submission() : scratch_(std::make_unique<EnqueueScratch>()) {}
+Submission::~Submission() { clear(); }
+
+void Submission::clear() noexcept {
+  if (host_ != nullptr)
+    for (Event e : waits_) host_->release(e);
+  waits_.clear();
+  storage_.clear();
+}
+
+}  // namespace memlayer::engine

@@ -1,0 +1,316 @@
+#include "transaction.hpp"
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace memlayer::engine {
+
+namespace {
+
+using migration::kHost;
+
+EnqueueError error(EnqueueError::Code code, std::string message) { return EnqueueError{code, std::move(message)}; }
+
+std::string where(Location loc) { return loc == kHost ? std::string("the host copy") : "location " + std::to_string(loc); }
+
+}  // namespace
+
+Transaction::Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command,
+                         Submission& out)
+    : engine_(engine), host_(engine.host()), uses_(uses), at_(at), command_(command), out_(out),
+      s_(*out.scratch_) {}
+
+std::optional<EnqueueError> Transaction::run() {
+  std::optional<EnqueueError> failed;
+  try {
+    group_uses();
+    out_.storage_.assign(uses_.size(), 0);
+    lock_all();
+    stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+    for (const EnqueueScratch::Group& g : s_.groups) {
+      if (failed) break;
+      failed = place(*g.buffer, at_, false);
+    }
+    if (!failed) failed = plan_all();
+    if (!failed) failed = create_copies();
+  } catch (const std::bad_alloc&) {
+    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  }
+  if (failed) {
+    rollback();
+    unlock_all();
+    start_copies();  // only the write-backs of evictions made on the way
+    out_.clear();
+    return failed;
+  }
+  commit_all();
+  unlock_all();
+  start_copies();
+  return std::nullopt;
+}
+
+// ---- buffers and locks ----------------------------------------------------
+
+void Transaction::group_uses() {
+  s_.order.clear();
+  s_.uses.clear();
+  s_.groups.clear();
+  s_.pending.clear();
+  s_.deps.clear();
+  s_.placed.clear();
+  s_.copy_events.clear();
+  for (std::size_t i = 0; i < uses_.size(); ++i) s_.order.emplace_back(uses_[i].buffer, i);
+  // Insertion sort: a handful of uses, already in order more often than not.
+  for (std::size_t i = 1; i < s_.order.size(); ++i)
+    for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
+  for (const auto& [buffer, index] : s_.order) {
+    if (s_.groups.empty() || s_.groups.back().buffer != buffer) s_.groups.push_back({buffer, s_.uses.size(), 0, 0});
+    s_.uses.push_back(uses_[index].use);
+    ++s_.groups.back().count;
+  }
+}
+
+// Address order: two commands on the same buffers never wait for each other.
+void Transaction::lock_all() {
+  for (const EnqueueScratch::Group& g : s_.groups) g.buffer->mutex_.lock();
+  locked_ = true;
+}
+
+void Transaction::unlock_all() {
+  if (!locked_) return;
+  for (auto it = s_.groups.rbegin(); it != s_.groups.rend(); ++it) it->buffer->mutex_.unlock();
+  locked_ = false;
+}
+
+bool Transaction::uses_buffer(const Buffer* b) const {
+  auto it = std::lower_bound(s_.groups.begin(), s_.groups.end(), b,
+                             [](const EnqueueScratch::Group& g, const Buffer* x) { return g.buffer < x; });
+  return it != s_.groups.end() && it->buffer == b;
+}
+
+// ---- storage and eviction -------------------------------------------------
+
+std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for_eviction) {
+  Storage& st = b.storage(loc);
+  if (st.allocated) return std::nullopt;
+  for (;;) {
+    Allocation a = host_.allocate(loc, b.cookie(), b.size());
+    if (a.outcome == Allocation::Outcome::ok) {
+      st.allocated = true;
+      st.handle = a.handle;
+      st.fences = std::move(a.fences);  // the host handed us their references
+      if (!for_eviction) s_.placed.push_back({&b, loc});
+      return std::nullopt;
+    }
+    if (a.outcome == Allocation::Outcome::full && loc != kHost && !for_eviction && evict_one(loc)) continue;
+    if (a.outcome == Allocation::Outcome::full) {
+      return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
+                   where(loc) + ": cannot place a " + std::to_string(b.size()) +
+                       "-byte buffer and nothing more can be evicted" + (a.message.empty() ? "" : " (" + a.message + ")"));
+    }
+    return error(EnqueueError::Code::host_failed, where(loc) + ": " + a.message);
+  }
+}
+
+// The least recently used buffer with storage at `loc` that this command
+// does not use and no other thread holds, preferring one valid elsewhere
+// (nothing to write back). Returned locked. Never waits for a lock.
+Buffer* Transaction::pick_victim(Location loc) {
+  Buffer* victim = nullptr;
+  bool victim_clean = false;
+  std::lock_guard registry(engine_.registry_mutex_);
+  for (Buffer* b : engine_.registry_) {
+    if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
+    if (b->storage_.size() <= loc || !b->storage_[loc].allocated) {
+      b->mutex_.unlock();
+      continue;
+    }
+    const bool clean = b->versions_.bytes_only_at(loc) == 0;
+    const bool better = victim == nullptr || (clean && !victim_clean) ||
+                        (clean == victim_clean && b->storage_[loc].last_use < victim->storage_[loc].last_use);
+    if (!better) {
+      b->mutex_.unlock();
+      continue;
+    }
+    if (victim != nullptr) victim->mutex_.unlock();
+    victim = b;
+    victim_clean = clean;
+  }
+  return victim;
+}
+
+// Evicts one buffer from `loc`: its bytes valid nowhere else are copied to
+// its host copy, then its storage goes back to the host, reusable once its
+// users and those copies have finished. False when nothing can be evicted.
+bool Transaction::evict_one(Location loc) {
+  Buffer* victim = pick_victim(loc);
+  if (victim == nullptr) return false;
+  std::unique_lock lock(victim->mutex_, std::adopt_lock);
+  migration::Plan& plan = s_.evict_plan;
+  victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+  if (!plan.copies.empty() && place(*victim, kHost, true)) return false;
+
+  const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
+  for (const migration::Copy& c : plan.copies) {
+    if (!create_copy(*victim, c, first_event)) {
+      s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
+      return false;
+    }
+  }
+  Storage& st = victim->storage(loc);
+  s_.after.assign(st.users.begin(), st.users.end());
+  s_.after.insert(s_.after.end(), st.fences.begin(), st.fences.end());
+  s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());  // before commit_evict drops them
+  s_.after.insert(s_.after.end(), s_.copy_events.begin() + static_cast<std::ptrdiff_t>(first_event),
+                  s_.copy_events.end());
+  victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
+  host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
+  victim->drop_storage_events(st);
+  for (std::size_t i = first_event; i < s_.copy_events.size(); ++i) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
+  s_.copy_events.resize(first_event);
+  for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  for (const migration::Copy& c : plan.copies) count_copy(c);
+  engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  if (!plan.copies.empty()) engine_.counters_.write_backs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// ---- planning and copies --------------------------------------------------
+
+std::optional<EnqueueError> Transaction::plan_all() {
+  if (s_.plans.size() < s_.groups.size()) s_.plans.resize(s_.groups.size());
+  const migration::CostModel& cost = host_.cost_model();
+  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
+    const EnqueueScratch::Group& g = s_.groups[i];
+    migration::Plan& plan = s_.plans[i];
+    try {
+      g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, plan);
+    } catch (const std::logic_error& e) {
+      return error(EnqueueError::Code::host_failed, e.what());
+    }
+    for (const migration::Copy& c : plan.copies) {
+      for (Location end : {c.src, c.dst}) {
+        if (end == kHost) {
+          if (auto failed = place(*g.buffer, kHost, false)) return failed;
+        } else if (!g.buffer->storage(end).allocated) {
+          return error(EnqueueError::Code::host_failed,
+                       "the planner chose " + where(end) + ", where the buffer has no storage");
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<EnqueueError> Transaction::create_copies() {
+  command_copies_ = s_.pending.size();  // those before are evictions' write-backs
+  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
+    EnqueueScratch::Group& g = s_.groups[i];
+    g.first_copy = s_.copy_events.size();
+    for (const migration::Copy& c : s_.plans[i].copies) {
+      if (!create_copy(*g.buffer, c, g.first_copy)) {
+        return error(EnqueueError::Code::host_out_of_memory,
+                     "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
+                         " to " + where(c.dst));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Makes one copy of `c` and records what it waits for: what made its source
+// valid, the earlier leg of a staged copy (events from `first_copy` on are
+// this buffer's copies), and the fences of its destination storage.
+bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy) {
+  CopyRequest req{b.cookie(), c.src, c.dst, b.storage(c.src).handle, b.storage(c.dst).handle, c.offset, c.size};
+  CopyHandle h = host_.create_copy(req);
+  if (h.event == nullptr) return false;
+  const std::size_t first_dep = s_.deps.size();
+  for (Event e : c.wait) add_dep(e, first_dep);
+  if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
+  for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
+  s_.copy_events.push_back(h.event);
+  s_.pending.push_back({std::move(h), first_dep, s_.deps.size() - first_dep, false});
+  return true;
+}
+
+void Transaction::commit_all() {
+  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
+    const EnqueueScratch::Group& g = s_.groups[i];
+    Buffer& b = *g.buffer;
+    const migration::Plan& plan = s_.plans[i];
+    for (Event e : plan.wait) add_wait(e);  // before the commit may drop them
+    const auto events = std::span(s_.copy_events).subspan(g.first_copy, plan.copies.size());
+    b.versions_.commit(plan, events, std::span(s_.uses).subspan(g.first, g.count), at_, command_);
+    for (std::size_t c = 0; c < plan.copies.size(); ++c) {
+      add_wait(events[c]);
+      b.add_user(b.storage(plan.copies[c].src), events[c]);
+      b.add_user(b.storage(plan.copies[c].dst), events[c]);
+      count_copy(plan.copies[c]);
+    }
+    Storage& st = b.storage(at_);
+    std::erase_if(st.fences, [&](Event f) {
+      if (!host_.finished(f)) return false;
+      host_.release(f);
+      return true;
+    });
+    for (Event f : st.fences) add_wait(f);
+    b.add_user(st, command_);
+    st.last_use = stamp_;
+  }
+  for (const auto& [buffer, index] : s_.order) out_.storage_[index] = buffer->storage(at_).handle;
+  for (std::size_t i = command_copies_; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+}
+
+// Gives back the storage this enqueue placed. The plans were never
+// committed, so no version changed.
+void Transaction::rollback() {
+  for (const EnqueueScratch::Placed& p : s_.placed) {
+    Storage& st = p.buffer->storage(p.at);
+    host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
+    p.buffer->drop_storage_events(st);
+  }
+}
+
+// Starts the copies whose effects were committed and drops the others, then
+// the references their dependency lists held. No engine lock is held: a
+// dropped copy may hold the last reference to a buffer.
+void Transaction::start_copies() {
+  for (EnqueueScratch::Pending& p : s_.pending) {
+    const auto deps = std::span(s_.deps).subspan(p.first_dep, p.dep_count);
+    if (p.start) host_.submit_copy(std::move(p.copy), deps);
+    else host_.discard_copy(std::move(p.copy));
+    for (Event e : deps) host_.release(e);
+  }
+  s_.pending.clear();
+  s_.deps.clear();
+}
+
+// ---- event lists ----------------------------------------------------------
+
+// Finished events stay in: one that failed must fail what depends on it.
+void Transaction::add_dep(Event e, std::size_t from) {
+  if (e == nullptr) return;
+  if (std::find(s_.deps.begin() + static_cast<std::ptrdiff_t>(from), s_.deps.end(), e) != s_.deps.end()) return;
+  host_.retain(e);
+  s_.deps.push_back(e);
+}
+
+void Transaction::add_wait(Event e) {
+  if (e == nullptr || e == command_) return;
+  if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  host_.retain(e);
+  out_.waits_.push_back(e);
+}
+
+void Transaction::count_copy(const migration::Copy& c) {
+  Engine::Counters& n = engine_.counters_;
+  n.bytes_migrated.fetch_add(c.size, std::memory_order_relaxed);
+  if (c.src != kHost && c.dst != kHost) n.copies_direct.fetch_add(1, std::memory_order_relaxed);
+  else if (c.dst == kHost) n.copies_to_host.fetch_add(1, std::memory_order_relaxed);
+  else n.copies_from_host.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace memlayer::engine

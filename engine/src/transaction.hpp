@@ -1,0 +1,85 @@
+// One enqueue through the engine, step by step (engine.hpp lists the steps).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "memlayer/engine/engine.hpp"
+
+namespace memlayer::engine {
+
+/// The per-thread scratch one enqueue works in (owned by a Submission).
+struct EnqueueScratch {
+  /// One buffer of the command: its uses are uses[first, first + count).
+  struct Group {
+    Buffer* buffer;
+    std::size_t first, count;
+    std::size_t first_copy;  // its copies' events: copy_events[first_copy, ...)
+  };
+  /// A copy made, to be started (or dropped) once the locks are released;
+  /// it waits for deps[first_dep, first_dep + dep_count), each retained.
+  struct Pending {
+    CopyHandle copy;
+    std::size_t first_dep, dep_count;
+    bool start;  // its plan was committed; else it is dropped
+  };
+  /// Storage this enqueue allocated, given back if it fails.
+  struct Placed {
+    Buffer* buffer;
+    Location at;
+  };
+
+  std::vector<std::pair<Buffer*, std::size_t>> order;  // (buffer, use index), sorted
+  std::vector<migration::Use> uses;
+  std::vector<Group> groups;
+  std::vector<migration::Plan> plans;  // plans[i] for groups[i]
+  migration::Plan evict_plan;
+  std::vector<Event> copy_events;
+  std::vector<Pending> pending;
+  std::vector<Event> deps;
+  std::vector<Placed> placed;
+  std::vector<Event> after;  // scratch for Host::free
+};
+
+class Transaction {
+ public:
+  Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out);
+  std::optional<EnqueueError> run();
+
+ private:
+  using Storage = Buffer::Storage;
+
+  void group_uses();
+  void lock_all();
+  void unlock_all();
+  [[nodiscard]] bool uses_buffer(const Buffer* b) const;
+
+  std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
+  bool evict_one(Location loc);
+  Buffer* pick_victim(Location loc);
+  std::optional<EnqueueError> plan_all();
+  std::optional<EnqueueError> create_copies();
+  bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy);
+  void commit_all();
+  void rollback();
+  void start_copies();
+
+  void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
+  void add_wait(Event e);                   // to out.waits, retained, once
+  void count_copy(const migration::Copy& c);
+
+  Engine& engine_;
+  Host& host_;
+  std::span<const BufferUse> uses_;
+  Location at_;
+  Event command_;
+  Submission& out_;
+  EnqueueScratch& s_;
+  std::uint64_t stamp_ = 0;
+  std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
+  bool locked_ = false;
+};
+
+}  // namespace memlayer::engine

@@ -1,0 +1,138 @@
+#include "engine_host.hpp"
+
+#include <new>
+#include <string>
+
+#include "buffer_state.hpp"
+#include "context_state.hpp"
+#include "scheduler.hpp"
+
+namespace memlayer::runtime::detail {
+
+namespace {
+
+using migration::kHost;
+
+EventState* state(engine::Event e) { return static_cast<EventState*>(e); }
+
+std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(h)); }
+
+// A copy's work: which driver moves the bytes, and how.
+std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r) {
+  const std::uint64_t n = r.size;
+  if (r.src == kHost) {
+    DeviceState* dst = ctx.by_location[r.dst];
+    const DeviceAddress to = r.dst_storage + r.offset;
+    const std::byte* from = host_bytes(r.src_storage) + r.offset;
+    return [dst, to, from, n] { return dst->driver().write(to, from, n); };
+  }
+  DeviceState* src = ctx.by_location[r.src];
+  const DeviceAddress from = r.src_storage + r.offset;
+  if (r.dst == kHost) {
+    std::byte* to = host_bytes(r.dst_storage) + r.offset;
+    return [src, from, to, n] { return src->driver().read(from, to, n); };
+  }
+  DeviceState* dst = ctx.by_location[r.dst];
+  const DeviceAddress to = r.dst_storage + r.offset;
+  return [src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); };
+}
+
+}  // namespace
+
+void EngineHost::retain(engine::Event e) noexcept { state(e)->planner_retain(); }
+void EngineHost::release(engine::Event e) noexcept { state(e)->planner_release(); }
+bool EngineHost::finished(engine::Event e) const noexcept { return state(e)->status() <= cl::kComplete; }
+
+engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::uint64_t size) {
+  using Outcome = engine::Allocation::Outcome;
+  engine::Allocation a;
+  if (at == kHost) {
+    try {
+      a.handle = reinterpret_cast<std::uintptr_t>(static_cast<BufferState*>(cookie)->host());
+      a.outcome = Outcome::ok;
+    } catch (const std::bad_alloc&) {
+      a.message = "no host memory for a " + std::to_string(size) + "-byte host copy";
+    }
+    return a;
+  }
+  DeviceState& dev = *context_.by_location[at];
+  std::lock_guard mem(dev.memory_mutex);
+  if (!dev.memory->usable()) {
+    a.message = dev.info().name + ": no global memory";
+    return a;
+  }
+  auto r = dev.memory->allocate(size, dev.info().base_alignment);
+  if (!r) {
+    a.outcome = r.error().code == bufalloc::Errc::out_of_memory ? Outcome::full : Outcome::error;
+    a.message = dev.info().name + ": " + r.error().message();
+    return a;
+  }
+  if (Status s = dev.driver().on_allocate(r.value(), size); !s.ok()) {
+    dev.memory->free(r.value());
+    a.message = dev.info().name + ": " + s.message;
+    return a;
+  }
+  a.outcome = Outcome::ok;
+  a.handle = r.value();
+  // Placed over storage an eviction freed, maybe still being read out?
+  for (const auto& fence : dev.memory->fences_over(r.value(), size)) {
+    fence->planner_retain();  // the reference the engine takes over
+    a.fences.push_back(fence.get());
+  }
+  return a;
+}
+
+void EngineHost::free(engine::Location at, void*, engine::StorageHandle storage, std::uint64_t size,
+                      std::span<const engine::Event> after) noexcept {
+  if (at == kHost) return;  // the host copy is the BufferState's own
+  DeviceState& dev = *context_.by_location[at];
+  std::vector<std::shared_ptr<EventState>> pending;
+  for (engine::Event e : after)
+    if (state(e)->status() > cl::kComplete) pending.push_back(state(e)->shared_from_this());
+  std::shared_ptr<CommandNode> fence;
+  {
+    std::lock_guard mem(dev.memory_mutex);
+    dev.driver().on_free(storage, size);  // before the heap may hand the segment back
+    if (pending.empty()) {
+      dev.memory->free(storage);
+    } else {
+      // Quarantined: whatever is placed over it waits for the fence.
+      fence = make_node(nullptr, nullptr);
+      dev.memory->free_after(storage, size, fence->event);
+    }
+  }
+  // Work-less, and nothing waits on it yet: it can only complete, here or on
+  // the thread that finishes its last dependency.
+  if (fence) submit(fence, pending);
+}
+
+engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
+  // The copy keeps its buffer alive; one being destroyed is not copied.
+  auto buffer = static_cast<BufferState*>(r.cookie)->weak_from_this().lock();
+  if (!buffer) return {};
+  try {
+    const engine::Location runner = r.src == kHost ? r.dst : (r.dst == kHost ? r.src : r.dst);
+    auto node = make_node(context_.by_location[runner], copy_work(context_, r));
+    node->keep_alive.push_back(std::move(buffer));
+    engine::CopyHandle h;
+    h.event = node->event.get();
+    h.host_data = std::move(node);
+    return h;
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
+}
+
+void EngineHost::submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) {
+  auto node = std::static_pointer_cast<CommandNode>(std::move(copy.host_data));
+  std::vector<std::shared_ptr<EventState>> states;
+  states.reserve(deps.size());
+  for (engine::Event e : deps) states.push_back(state(e)->shared_from_this());
+  submit(node, states);
+}
+
+void EngineHost::discard_copy(engine::CopyHandle copy) noexcept { copy.host_data.reset(); }
+
+const migration::CostModel& EngineHost::cost_model() const noexcept { return context_.cost; }
+
+}  // namespace memlayer::runtime::detail

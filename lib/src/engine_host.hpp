@@ -1,0 +1,36 @@
+// The runtime as the migration engine's host (memlayer/engine/host.hpp):
+// events are EventStates, storage comes from each device's GlobalMemory (the
+// host copy from the BufferState), copies are command nodes run by the
+// devices' workers.
+#pragma once
+
+#include "memlayer/engine/host.hpp"
+#include "memlayer/migration/cost_model.hpp"
+
+namespace memlayer::runtime::detail {
+
+class ContextState;
+
+class EngineHost final : public engine::Host {
+ public:
+  explicit EngineHost(ContextState& context) : context_(context) {}
+
+  void retain(engine::Event e) noexcept override;
+  void release(engine::Event e) noexcept override;
+  [[nodiscard]] bool finished(engine::Event e) const noexcept override;
+
+  engine::Allocation allocate(engine::Location at, void* cookie, std::uint64_t size) override;
+  void free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,
+            std::span<const engine::Event> after) noexcept override;
+
+  engine::CopyHandle create_copy(const engine::CopyRequest& request) override;
+  void submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) override;
+  void discard_copy(engine::CopyHandle copy) noexcept override;
+
+  [[nodiscard]] const migration::CostModel& cost_model() const noexcept override;
+
+ private:
+  ContextState& context_;
+};
+
+}  // namespace memlayer::runtime::detail
