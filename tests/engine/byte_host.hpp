@@ -1,0 +1,219 @@
+// A complete engine::Host over plain byte arrays, for the engine's tests.
+//
+// Each device location is a fixed-size byte array whose space a bufalloc
+// Region hands out (so a small one fills up and the engine must evict); the
+// host copy of a buffer is a byte vector of its own. Events are tasks in a
+// dependency graph: copies, commands, and the fences that guard freed
+// storage. Nothing runs by itself: the test calls run_some() / run_all(),
+// which execute ready tasks in a random order, so every schedule the
+// dependencies allow can happen. Every reference the engine takes is
+// counted, and every contract of host.hpp is checked as it is used.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "memlayer/bufalloc/region.hpp"
+#include "memlayer/engine/engine.hpp"
+
+namespace memlayer::engine::testing {
+
+using migration::kHost;
+
+struct Task {
+  int id = 0;
+  std::function<void()> work;  // empty for commands a test runs itself, and fences
+  std::vector<Task*> deps;
+  bool submitted = false, discarded = false, done = false;
+  int refs = 0;  // the engine's references
+};
+
+/// A buffer's host-side object (the cookie).
+struct HostBuffer {
+  std::vector<std::uint8_t> host_copy;
+  bool being_destroyed = false;
+};
+
+class ByteHost final : public Host {
+ public:
+  ByteHost(unsigned devices, std::uint64_t device_bytes, std::uint64_t seed)
+      : memory_(devices + 1), rng_(seed) {
+    for (unsigned d = 1; d <= devices; ++d) {
+      memory_[d].assign(device_bytes, 0xEE);
+      regions_.push_back(bufalloc::Region::create(0, device_bytes, bufalloc::RegionOptions{64}).value());
+    }
+  }
+
+  // ---- Host ----
+  void retain(Event e) noexcept override { ++task(e).refs; }
+  void release(Event e) noexcept override {
+    Task& t = task(e);
+    EXPECT_GT(t.refs, 0) << "task " << t.id << " released more often than retained";
+    --t.refs;
+  }
+  bool finished(Event e) const noexcept override { return static_cast<const Task*>(e)->done; }
+
+  Allocation allocate(Location at, void* cookie, std::uint64_t size) override {
+    Allocation a;
+    if (at == kHost) {
+      auto& bytes = static_cast<HostBuffer*>(cookie)->host_copy;
+      if (bytes.size() != size) bytes.assign(size, 0xCC);
+      a.outcome = Allocation::Outcome::ok;
+      a.handle = reinterpret_cast<std::uintptr_t>(bytes.data());
+      return a;
+    }
+    if (fail_allocations) {
+      a.message = "refused by the test";
+      return a;
+    }
+    auto r = regions_[at - 1].allocate(size, 64);
+    if (!r) {
+      a.outcome = Allocation::Outcome::full;
+      a.message = r.error().message();
+      return a;
+    }
+    a.outcome = Allocation::Outcome::ok;
+    a.handle = r.value();
+    ++live_storage;
+    for (const Quarantine& q : quarantine_) {
+      if (q.at == at && !q.fence->done && q.offset < r.value() + size && r.value() < q.offset + q.size) {
+        ++q.fence->refs;  // handed to the engine
+        a.fences.push_back(q.fence);
+      }
+    }
+    return a;
+  }
+
+  void free(Location at, void*, StorageHandle storage, std::uint64_t size,
+            std::span<const Event> after) noexcept override {
+    if (at == kHost) return;
+    --live_storage;
+    EXPECT_TRUE(regions_[at - 1].free(storage).ok());
+    Task& fence = new_task();
+    for (Event e : after) fence.deps.push_back(&task(e));
+    fence.submitted = true;
+    quarantine_.push_back({at, storage, size, &fence});
+  }
+
+  CopyHandle create_copy(const CopyRequest& r) override {
+    if (refuse_copy_after == 0) {
+      refuse_copy_after = -1;
+      return {};
+    }
+    if (refuse_copy_after > 0) --refuse_copy_after;
+    Task& t = new_task();
+    t.refs = 1;  // the handle's
+    std::uint8_t* from = bytes(r.src, r.src_storage) + r.offset;
+    std::uint8_t* to = bytes(r.dst, r.dst_storage) + r.offset;
+    const std::uint64_t n = r.size;
+    t.work = [from, to, n] { std::memmove(to, from, n); };
+    ++copies_created;
+    moved += n;
+    CopyHandle h;
+    h.event = &t;
+    return h;
+  }
+  void submit_copy(CopyHandle copy, std::span<const Event> deps) override {
+    Task& t = task(copy.event);
+    EXPECT_FALSE(t.submitted || t.discarded);
+    for (Event e : deps) t.deps.push_back(&task(e));
+    t.submitted = true;
+    --t.refs;
+  }
+  void discard_copy(CopyHandle copy) noexcept override {
+    Task& t = task(copy.event);
+    EXPECT_FALSE(t.submitted || t.discarded);
+    t.discarded = true;
+    ++copies_discarded;
+    --t.refs;
+  }
+  const migration::CostModel& cost_model() const noexcept override { return cost; }
+
+  // ---- the test's side ----
+  std::uint8_t* bytes(Location at, StorageHandle h) {
+    if (at == kHost) return reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(h));
+    return memory_[at].data() + h;
+  }
+
+  /// A command's event; `work` runs when its dependencies have.
+  Task& command(std::function<void()> work) {
+    Task& t = new_task();
+    t.work = std::move(work);
+    return t;
+  }
+  void start(Task& t, std::span<const Event> waits) {
+    for (Event e : waits) t.deps.push_back(&task(e));
+    t.submitted = true;
+  }
+
+  /// Runs up to `n` ready tasks, chosen at random.
+  void run_some(int n) {
+    for (int i = 0; i < n; ++i)
+      if (!run_one()) return;
+  }
+  void run_all() {
+    while (run_one()) {
+    }
+    for (const Task& t : tasks_) {
+      if (t.submitted) {
+        EXPECT_TRUE(t.done) << "task " << t.id << " never became ready: a dependency cycle";
+      }
+    }
+  }
+  [[nodiscard]] int outstanding_refs() const {
+    int n = 0;
+    for (const Task& t : tasks_) n += t.refs;
+    return n;
+  }
+
+  migration::LinkCostModel cost;
+  bool fail_allocations = false;
+  int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
+  int copies_created = 0, copies_discarded = 0;
+  std::uint64_t moved = 0;
+  int live_storage = 0;
+
+ private:
+  struct Quarantine {
+    Location at;
+    std::uint64_t offset, size;
+    Task* fence;
+  };
+  static Task& task(Event e) { return *static_cast<Task*>(e); }
+  Task& new_task() {
+    tasks_.emplace_back();
+    tasks_.back().id = static_cast<int>(tasks_.size());
+    return tasks_.back();
+  }
+  bool ready(const Task& t) const {
+    if (!t.submitted || t.done) return false;
+    for (const Task* d : t.deps)
+      if (!d->done) return false;
+    return true;
+  }
+  bool run_one() {
+    std::vector<Task*> ready_now;
+    for (Task& t : tasks_)
+      if (ready(t)) ready_now.push_back(&t);
+    if (ready_now.empty()) return false;
+    Task* t = ready_now[rng_() % ready_now.size()];
+    if (t->work) t->work();
+    t->done = true;
+    return true;
+  }
+
+  std::vector<std::vector<std::uint8_t>> memory_;  // by location; [0] unused
+  std::vector<bufalloc::Region> regions_;          // [d - 1] for device d
+  std::deque<Task> tasks_;                         // stable addresses
+  std::vector<Quarantine> quarantine_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace memlayer::engine::testing

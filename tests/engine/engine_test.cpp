@@ -1,0 +1,180 @@
+// The engine case by case: all-or-nothing enqueues, eviction choices and
+// write-backs, undefined content, storage handed back after its users.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "byte_host.hpp"
+
+using namespace memlayer;
+using namespace memlayer::engine;
+using engine::testing::ByteHost;
+using engine::testing::HostBuffer;
+using engine::testing::Task;
+using migration::Access;
+using migration::kHost;
+
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest() : host_(2, 8 << 10, 1) {}
+  ~EngineTest() override {
+    sub_.clear();
+    buffers_.clear();
+    cookies_.clear();
+    engine_.reset();
+    EXPECT_EQ(host_.outstanding_refs(), 0) << "event references the engine never dropped";
+  }
+
+  Buffer& make(std::uint64_t size, bool host_content) {
+    cookies_.push_back(std::make_unique<HostBuffer>());
+    if (host_content) cookies_.back()->host_copy.assign(size, 0x5A);
+    buffers_.push_back(std::make_unique<Buffer>(*engine_, cookies_.back().get(), size, host_content));
+    return *buffers_.back();
+  }
+
+  // Enqueues one command; on success starts it and returns its task.
+  Task* enqueue(std::vector<BufferUse> uses, Location at, std::optional<EnqueueError>* error = nullptr) {
+    Task& cmd = host_.command(nullptr);
+    auto failed = engine_->enqueue(uses, at, &cmd, sub_);
+    if (error != nullptr) *error = failed;
+    if (failed) return nullptr;
+    host_.start(cmd, sub_.waits());
+    return &cmd;
+  }
+
+  ByteHost host_;
+  std::unique_ptr<Engine> engine_ = std::make_unique<Engine>(host_);
+  Submission sub_;
+  std::vector<std::unique_ptr<HostBuffer>> cookies_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+TEST_F(EngineTest, UndefinedContentNeverMigrates) {
+  Buffer& b = make(4096, false);
+  for (Location at : {1u, 2u, kHost, 1u}) ASSERT_NE(enqueue({{&b, {0, 4096, Access::read}}}, at), nullptr);
+  host_.run_all();
+  EXPECT_EQ(host_.copies_created, 0) << "uninitialised bytes were copied";
+  EXPECT_EQ(engine_->stats().bytes_migrated, 0u);
+  // Given content does migrate.
+  Buffer& given = make(4096, true);
+  ASSERT_NE(enqueue({{&given, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_EQ(engine_->stats().bytes_migrated, 4096u);
+}
+
+TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
+  Buffer& small = make(4096, true);
+  ASSERT_NE(enqueue({{&small, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  const int storage = host_.live_storage, created = host_.copies_created;
+  // Writes `small` on device 2 (a copy would bring it there) but also needs
+  // a buffer larger than the device.
+  Buffer& huge = make(16 << 10, false);
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&small, {0, 4096, Access::read_write}}, {&huge, {0, 16 << 10, Access::read}}}, 2, &error),
+            nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_full);
+  EXPECT_NE(error->message.find("16384-byte"), std::string::npos) << error->message;
+  EXPECT_EQ(host_.live_storage, storage) << "storage placed for the failed command stayed";
+  EXPECT_FALSE(small.has_storage(2));
+  EXPECT_FALSE(huge.has_storage(2));
+  EXPECT_TRUE(small.valid_at(1, 0, 4096)) << "a version changed";
+  EXPECT_TRUE(small.valid_at(kHost, 0, 4096));
+  EXPECT_FALSE(small.valid_at(2, 0, 4096));
+  EXPECT_EQ(host_.copies_created, created) << "the copy for `small` is made only once every buffer is placed";
+  EXPECT_TRUE(sub_.waits().empty());
+}
+
+TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {
+  Buffer& a = make(2048, true);
+  Buffer& b = make(2048, true);
+  for (int made : {0, 1}) {
+    host_.refuse_copy_after = made;  // `made` copies are made, then one is refused
+    std::optional<EnqueueError> error;
+    EXPECT_EQ(enqueue({{&a, {0, 2048, Access::read}}, {&b, {0, 2048, Access::read}}}, 1, &error), nullptr);
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->code, EnqueueError::Code::host_out_of_memory);
+    EXPECT_NE(error->message.find("2048 bytes from the host copy to location 1"), std::string::npos)
+        << error->message;
+    EXPECT_EQ(host_.copies_discarded, made) << "a copy made for the failed command was not dropped";
+    EXPECT_EQ(host_.live_storage, 0);
+    EXPECT_FALSE(a.valid_at(1, 0, 2048));
+    EXPECT_FALSE(b.valid_at(1, 0, 2048));
+  }
+  host_.run_all();  // the dropped copy must not run: run_all checks only started tasks
+  ASSERT_NE(enqueue({{&a, {0, 2048, Access::read}}, {&b, {0, 2048, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  EXPECT_TRUE(a.valid_at(1, 0, 2048));
+  EXPECT_EQ(host_.copies_created, 1 + 2);
+}
+
+TEST_F(EngineTest, EvictionTakesCleanBuffersFirstThenWritesBackTheLeastRecentlyUsed) {
+  // Device 1 holds two 4 KiB buffers.
+  Buffer& dirty_old = make(4096, false);
+  Buffer& dirty_new = make(4096, false);
+  ASSERT_NE(enqueue({{&dirty_old, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  ASSERT_NE(enqueue({{&dirty_new, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  Buffer& clean = make(4096, true);
+  // Full: places `clean` by evicting the least recently used, dirty_old,
+  // whose only copy is written back first.
+  ASSERT_NE(enqueue({{&clean, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_FALSE(dirty_old.has_storage(1));
+  EXPECT_TRUE(dirty_old.valid_at(kHost, 0, 4096));
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_EQ(engine_->stats().write_backs, 1u);
+  // Now `clean` (valid at the host too) goes before dirty_new, although used later.
+  Buffer& next = make(4096, false);
+  ASSERT_NE(enqueue({{&next, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_FALSE(clean.has_storage(1));
+  EXPECT_TRUE(dirty_new.has_storage(1));
+  EXPECT_EQ(engine_->stats().evictions, 2u);
+  EXPECT_EQ(engine_->stats().write_backs, 1u) << "nothing to write back for a clean copy";
+  host_.run_all();
+}
+
+TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
+  Buffer& a = make(4096, false);
+  Buffer& b = make(4096, false);
+  Buffer& c = make(4096, false);
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&a, {0, 4096, Access::overwrite}}, {&b, {0, 4096, Access::overwrite}},
+                     {&c, {0, 4096, Access::overwrite}}},
+                    1, &error),
+            nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_full);
+  EXPECT_EQ(host_.live_storage, 0);
+  EXPECT_EQ(engine_->stats().evictions, 0u);
+}
+
+TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersAndWriteBackFinish) {
+  Buffer& a = make(8192, false);
+  Task* writer = enqueue({{&a, {0, 8192, Access::overwrite}}}, 1);
+  ASSERT_NE(writer, nullptr);
+  // Not run yet. A new buffer evicts `a`: its write-back waits for the
+  // writer, and the new storage (the same bytes) waits for the write-back.
+  Buffer& b = make(8192, false);
+  Task* next = enqueue({{&b, {0, 8192, Access::overwrite}}}, 1);
+  ASSERT_NE(next, nullptr);
+  EXPECT_FALSE(sub_.waits().empty()) << "placed over storage still in use, with nothing to wait for";
+  host_.run_all();
+  EXPECT_TRUE(writer->done && next->done);
+}
+
+TEST_F(EngineTest, ADestroyedBufferGivesItsStorageBack) {
+  {
+    Buffer& a = make(4096, true);
+    ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
+    ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 2), nullptr);
+    EXPECT_EQ(host_.live_storage, 2);
+    sub_.clear();
+    buffers_.clear();  // while its copies and commands are still pending
+  }
+  EXPECT_EQ(host_.live_storage, 0);
+  host_.run_all();
+}
+
+}  // namespace
