@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -222,9 +227,8 @@ TEST(Runtime, UserEventsGateCommandsAndFailuresPropagate) {
   // The read on device 1 depends on the write only through memlayer's
   // migration edges.
   Event r = rig.queues[1]->enqueue_read(b, 0, 128, out.data(), false).value();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_GT(w.status(), cl::kComplete);
-  EXPECT_GT(r.status(), cl::kComplete);
+  // Had either run before the gate was set, it would have completed, and
+  // the waits below would return kComplete.
   ASSERT_TRUE(gate.set_user_status(-1234).ok());
   EXPECT_EQ(w.wait(), cl::kExecStatusErrorForEventsInWaitList);
   EXPECT_EQ(r.wait(), cl::kExecStatusErrorForEventsInWaitList) << "through the implicit migration";
@@ -349,12 +353,29 @@ TEST(Runtime, OutOfOrderQueueBarrier) {
   EXPECT_EQ(independent.wait(), cl::kComplete) << "out of order: not stuck behind the gated write";
   Event barrier = q->enqueue_barrier().value();
   Event after = q->enqueue_marker(std::vector<Event>{independent}).value();
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Markers and barriers have no work: one whose dependencies have all
+  // completed completes inside its enqueue call. `after` depends only on a
+  // completed write and the barrier, so it is still pending exactly when the
+  // barrier orders it behind the gated write.
   EXPECT_GT(barrier.status(), cl::kComplete);
   EXPECT_GT(after.status(), cl::kComplete) << "commands after a barrier wait for it";
+  // The order they end in: the gated write, then the barrier, then `after`.
+  std::mutex order_mutex;
+  std::vector<int> order;
+  auto record = [&](int which) {
+    return [&, which](int) {
+      std::lock_guard lock(order_mutex);
+      order.push_back(which);
+    };
+  };
+  w.on_complete(record(0));
+  barrier.on_complete(record(1));
+  after.on_complete(record(2));
   ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
   EXPECT_EQ(after.wait(), cl::kComplete);
   EXPECT_EQ(w.wait(), cl::kComplete);
+  std::lock_guard lock(order_mutex);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }
 
 TEST(Runtime, ManyThreadsEnqueueAtOnce) {
@@ -486,4 +507,72 @@ TEST(Runtime, AFailedAllocationChangesNoVersion) {
   EXPECT_EQ(read_all(*rig.queues[0], small), data);
   EXPECT_EQ(rig.ctx->stats().bytes_migrated, moved);
   EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 1u) << "only small's storage, none for huge";
+}
+
+TEST(Runtime, UndefinedContentIsNeverCopied) {
+  Rig rig = make_rig(2);
+  Buffer fresh = buffer(*rig.ctx, 64 << 10);  // no host data: its bytes are undefined
+  Buffer alloc = buffer(*rig.ctx, 4096, mem::kAllocHostPtr);
+  for (std::size_t d : {0u, 1u, 0u}) {
+    auto k = rig.queues[d]->enqueue_kernel([](std::span<void* const>) { return Status{}; },
+                                           std::vector<KernelArg>{{fresh, Access::read}, {alloc, Access::read}});
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    ASSERT_EQ(k.value().wait(), cl::kComplete);
+  }
+  std::vector<std::uint8_t> out(4096);
+  ASSERT_TRUE(rig.queues[1]->enqueue_read(fresh, 0, out.size(), out.data(), true).ok());
+  auto map = rig.queues[0]->enqueue_map(alloc, map::kRead, 0, 4096, true);
+  ASSERT_TRUE(map.ok());
+  ASSERT_EQ(rig.queues[0]->enqueue_unmap(alloc, map.value().pointer).value().wait(), cl::kComplete);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, 0u) << "uninitialised bytes were copied";
+  // Bytes written on device 0 are defined: those, and only those, move.
+  const auto data = pattern(1000, 3);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(fresh, 5000, data.size(), data.data(), true).ok());
+  std::vector<std::uint8_t> back(data.size());
+  ASSERT_TRUE(rig.queues[1]->enqueue_read(fresh, 5000, back.size(), back.data(), true).ok());
+  EXPECT_EQ(back, data);
+  ASSERT_TRUE(rig.queues[1]->enqueue_read(fresh, 0, out.size(), out.data(), true).ok());
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, 2 * data.size()) << "device 0 -> host -> device 1, 1000 bytes";
+}
+
+// Buffers whose last handle goes while other threads' enqueues evict them.
+// The application's handle and the finishing command race to drop the last
+// reference; eviction must never be the one that destroys a buffer while it
+// holds the device's memory lock (the buffer's destructor takes that lock:
+// a self-deadlock). A watchdog turns a hang into a failure.
+TEST(Runtime, BuffersReleasedWhileEvictionsRunNeverDeadlock) {
+  drivers::SimOptions o;
+  o.memory_size = 256 << 10;
+  Rig rig = make_rig(1, o);
+  constexpr int kThreads = 3, kRounds = 3000;
+  auto work = std::async(std::launch::async, [&] {
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        auto q = rig.ctx->create_queue(0, true).value();
+        const auto data = pattern(48 << 10, t);
+        for (int i = 0; i < kRounds; ++i) {
+          Buffer b = buffer(*rig.ctx, 48 << 10);
+          // Non-blocking, handle dropped at once: the command holds the last
+          // reference and drops it on a worker, while the next enqueues evict.
+          auto w = q->enqueue_write(b, 0, data.size(), data.data(), false);
+          if (!w) {
+            if (w.error().code != cl::kMemObjectAllocationFailure) ++failures;
+            continue;
+          }
+          if (i % 8 == 0 && w.value().wait() != cl::kComplete) ++failures;
+        }
+        if (!q->finish().ok()) ++failures;
+      });
+    }
+    for (auto& th : threads) th.join();
+    return failures.load();
+  });
+  if (work.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "BuffersReleasedWhileEvictionsRunNeverDeadlock: no progress in 60 s: deadlock\n");
+    std::_Exit(1);  // the stuck threads cannot be joined
+  }
+  EXPECT_EQ(work.get(), 0);
+  EXPECT_GT(rig.ctx->stats().evictions, 100u) << "the device was meant to be too small";
 }
