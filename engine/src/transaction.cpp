@@ -162,11 +162,12 @@ bool Transaction::evict_one(Location loc) {
   Storage& st = victim->storage(loc);
   s_.after.assign(st.users.begin(), st.users.end());
   s_.after.insert(s_.after.end(), st.fences.begin(), st.fences.end());
-  s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());  // before commit_evict drops them
+  s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());
   s_.after.insert(s_.after.end(), s_.copy_events.begin() + static_cast<std::ptrdiff_t>(first_event),
                   s_.copy_events.end());
-  victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
+  // Before commit_evict, which may drop the last references to plan.wait's events.
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
+  victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
   victim->drop_storage_events(st);
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);

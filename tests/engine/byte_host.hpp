@@ -97,7 +97,11 @@ class ByteHost final : public Host {
     --live_storage;
     EXPECT_TRUE(regions_[at - 1].free(storage).ok());
     Task& fence = new_task();
-    for (Event e : after) fence.deps.push_back(&task(e));
+    for (Event e : after) {
+      // The engine must still hold what it names (a real host would read a freed event).
+      EXPECT_GT(task(e).refs, 0) << "free() named task " << task(e).id << ", which nobody holds";
+      fence.deps.push_back(&task(e));
+    }
     fence.submitted = true;
     quarantine_.push_back({at, storage, size, &fence});
   }
