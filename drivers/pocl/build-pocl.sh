@@ -9,8 +9,8 @@
 # is unpacked, patched and configured once (about 3 min) and built once
 # (about 5 min on 2 cores). The driver sources (drivers/pocl/src, the
 # bufalloc and devmem components it compiles in) are then synced into
-# lib/CL/devices/memlayer/ by content, the migration engine (drivers/pocl/core
-# and the migration component) into lib/CL/memlayer-core/, and a stamp
+# lib/CL/devices/memlayer/ by content, the migration engine (drivers/pocl/core,
+# the engine and migration components) into lib/CL/memlayer-core/, and a stamp
 # holding the hash of all of them skips the build when nothing changed; when something did, make
 # rebuilds only what changed (seconds). So a clean clone of an unchanged
 # commit builds nothing, and a fresh machine builds everything.
@@ -105,6 +105,8 @@ sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
 sync_tree "$here/core" "$core"
 sync_tree "$root/migration/include" "$core/memlayer-src/include"
 sync_tree "$root/migration/src" "$core/memlayer-src/migration"
+sync_tree "$root/engine/include" "$core/memlayer-src/include"
+sync_tree "$root/engine/src" "$core/memlayer-src/engine"
 
 stamp=$( (cd "$dir/src/lib/CL" && find devices/memlayer memlayer-core -type f | sort | xargs cat) | sha256sum | cut -c1-16)
 if [ -f "$dir/build/.memlayer-stamp" ] && [ "$(cat "$dir/build/.memlayer-stamp")" = "$stamp" ]; then

@@ -5,7 +5,8 @@
 # memlayer's own CMake project.
 file(GLOB MEMLAYER_CORE_SOURCES CONFIGURE_DEPENDS
   "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp"
-  "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/migration/*.cpp")
+  "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/migration/*.cpp"
+  "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/engine/*.cpp")
 
 add_library(pocl-memlayer-core OBJECT ${MEMLAYER_CORE_SOURCES})
 set_target_properties(pocl-memlayer-core PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON

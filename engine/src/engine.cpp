@@ -20,6 +20,13 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
   return Transaction(*this, uses, at, command, out).run();
 }
 
+std::optional<EnqueueError> Engine::place(Buffer& buffer, Location at, Submission& out) {
+  out.clear();
+  out.host_ = &host_;
+  const BufferUse use{&buffer, {0, buffer.size(), migration::Access::read}};
+  return Transaction(*this, std::span(&use, 1), at, nullptr, out).run_place();
+}
+
 EngineStats Engine::stats() const noexcept {
   EngineStats s;
   s.bytes_migrated = counters_.bytes_migrated.load();
@@ -28,6 +35,7 @@ EngineStats Engine::stats() const noexcept {
   s.copies_from_host = counters_.copies_from_host.load();
   s.evictions = counters_.evictions.load();
   s.write_backs = counters_.write_backs.load();
+  s.bytes_written_back = counters_.bytes_written_back.load();
   return s;
 }
 

@@ -51,6 +51,22 @@ std::optional<EnqueueError> Transaction::run() {
   return std::nullopt;
 }
 
+std::optional<EnqueueError> Transaction::run_place() {
+  std::optional<EnqueueError> failed;
+  try {
+    group_uses();
+    lock_all();
+    failed = place(*s_.groups[0].buffer, at_, false);
+    if (!failed) s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
+  } catch (const std::bad_alloc&) {
+    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  }
+  if (failed) rollback();
+  unlock_all();
+  start_copies();
+  return failed;
+}
+
 // ---- buffers and locks ----------------------------------------------------
 
 void Transaction::group_uses() {
@@ -114,29 +130,40 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   }
 }
 
-// The least recently used buffer with storage at `loc` that this command
-// does not use and no other thread holds, preferring one valid elsewhere
-// (nothing to write back). Returned locked. Never waits for a lock.
+// The buffer to evict from `loc`, among those with storage there that this
+// command does not use and no other thread holds: one nothing still uses
+// first (its storage is reusable at once), then one valid elsewhere (nothing
+// to write back), then the least recently used. Returned locked. Never waits
+// for a lock.
 Buffer* Transaction::pick_victim(Location loc) {
+  struct Rank {
+    bool idle, clean;
+    std::uint64_t last_use;
+    bool better_than(const Rank& o) const {
+      if (idle != o.idle) return idle;
+      if (clean != o.clean) return clean;
+      return last_use < o.last_use;
+    }
+  };
   Buffer* victim = nullptr;
-  bool victim_clean = false;
+  Rank best{};
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
-    if (b->storage_.size() <= loc || !b->storage_[loc].allocated) {
+    if (b->storage_.size() <= loc || !b->storage_[loc].allocated || !host_.can_evict(b->cookie(), loc)) {
       b->mutex_.unlock();
       continue;
     }
-    const bool clean = b->versions_.bytes_only_at(loc) == 0;
-    const bool better = victim == nullptr || (clean && !victim_clean) ||
-                        (clean == victim_clean && b->storage_[loc].last_use < victim->storage_[loc].last_use);
-    if (!better) {
+    const Storage& st = b->storage_[loc];
+    const Rank r{std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); }),
+                 b->versions_.bytes_only_at(loc) == 0, st.last_use};
+    if (victim != nullptr && !r.better_than(best)) {
       b->mutex_.unlock();
       continue;
     }
     if (victim != nullptr) victim->mutex_.unlock();
     victim = b;
-    victim_clean = clean;
+    best = r;
   }
   return victim;
 }
@@ -154,7 +181,7 @@ bool Transaction::evict_one(Location loc) {
 
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
-    if (!create_copy(*victim, c, first_event)) {
+    if (!create_copy(*victim, c, first_event, true)) {
       s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
       return false;
     }
@@ -163,16 +190,20 @@ bool Transaction::evict_one(Location loc) {
   s_.after.assign(st.users.begin(), st.users.end());
   s_.after.insert(s_.after.end(), st.fences.begin(), st.fences.end());
   s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());
-  s_.after.insert(s_.after.end(), s_.copy_events.begin() + static_cast<std::ptrdiff_t>(first_event),
-                  s_.copy_events.end());
+  for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
+    if (s_.copy_events[i] != nullptr) s_.after.push_back(s_.copy_events[i]);
   // Before commit_evict, which may drop the last references to plan.wait's events.
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
   victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
   victim->drop_storage_events(st);
-  for (std::size_t i = first_event; i < s_.copy_events.size(); ++i) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
+  for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
+    if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);
   for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
-  for (const migration::Copy& c : plan.copies) count_copy(c);
+  for (const migration::Copy& c : plan.copies) {
+    count_copy(c);
+    engine_.counters_.bytes_written_back.fetch_add(c.size, std::memory_order_relaxed);
+  }
   engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   if (!plan.copies.empty()) engine_.counters_.write_backs.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -211,7 +242,7 @@ std::optional<EnqueueError> Transaction::create_copies() {
     EnqueueScratch::Group& g = s_.groups[i];
     g.first_copy = s_.copy_events.size();
     for (const migration::Copy& c : s_.plans[i].copies) {
-      if (!create_copy(*g.buffer, c, g.first_copy)) {
+      if (!create_copy(*g.buffer, c, g.first_copy, false)) {
         return error(EnqueueError::Code::host_out_of_memory,
                      "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
                          " to " + where(c.dst));
@@ -224,16 +255,24 @@ std::optional<EnqueueError> Transaction::create_copies() {
 // Makes one copy of `c` and records what it waits for: what made its source
 // valid, the earlier leg of a staged copy (events from `first_copy` on are
 // this buffer's copies), and the fences of its destination storage.
-bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy) {
-  CopyRequest req{b.cookie(), c.src, c.dst, b.storage(c.src).handle, b.storage(c.dst).handle, c.offset, c.size};
-  CopyHandle h = host_.create_copy(req);
-  if (h.event == nullptr) return false;
+bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back) {
   const std::size_t first_dep = s_.deps.size();
   for (Event e : c.wait) add_dep(e, first_dep);
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
   for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
+  const std::size_t dep_count = s_.deps.size() - first_dep;
+  CopyRequest req{b.cookie(), write_back, c.src, c.dst, b.storage(c.src).handle, b.storage(c.dst).handle,
+                  c.offset, c.size, std::span(s_.deps).subspan(first_dep, dep_count)};
+  CopyHandle h = host_.create_copy(req);
+  if (h.completed || h.event == nullptr) {
+    for (std::size_t i = first_dep; i < s_.deps.size(); ++i) host_.release(s_.deps[i]);
+    s_.deps.resize(first_dep);
+    if (!h.completed) return false;
+    s_.copy_events.push_back(nullptr);  // nothing to wait for
+    return true;
+  }
   s_.copy_events.push_back(h.event);
-  s_.pending.push_back({std::move(h), first_dep, s_.deps.size() - first_dep, false});
+  s_.pending.push_back({std::move(h), first_dep, dep_count, false});
   return true;
 }
 
@@ -246,10 +285,11 @@ void Transaction::commit_all() {
     const auto events = std::span(s_.copy_events).subspan(g.first_copy, plan.copies.size());
     b.versions_.commit(plan, events, std::span(s_.uses).subspan(g.first, g.count), at_, command_);
     for (std::size_t c = 0; c < plan.copies.size(); ++c) {
+      count_copy(plan.copies[c]);
+      if (events[c] == nullptr) continue;  // made synchronously
       add_wait(events[c]);
       b.add_user(b.storage(plan.copies[c].src), events[c]);
       b.add_user(b.storage(plan.copies[c].dst), events[c]);
-      count_copy(plan.copies[c]);
     }
     Storage& st = b.storage(at_);
     std::erase_if(st.fences, [&](Event f) {

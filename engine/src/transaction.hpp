@@ -47,6 +47,8 @@ class Transaction {
  public:
   Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out);
   std::optional<EnqueueError> run();
+  /// Only places storage (Engine::place).
+  std::optional<EnqueueError> run_place();
 
  private:
   using Storage = Buffer::Storage;
@@ -61,7 +63,7 @@ class Transaction {
   Buffer* pick_victim(Location loc);
   std::optional<EnqueueError> plan_all();
   std::optional<EnqueueError> create_copies();
-  bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy);
+  bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back);
   void commit_all();
   void rollback();
   void start_copies();

@@ -115,6 +115,7 @@ struct EngineStats {
   std::uint64_t copies_from_host = 0;
   std::uint64_t evictions = 0;
   std::uint64_t write_backs = 0;  ///< evictions that had to copy bytes valid nowhere else
+  std::uint64_t bytes_written_back = 0;
 };
 
 /// Why an enqueue failed. The message names the buffer size, the location
@@ -183,6 +184,14 @@ class Engine {
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
                                                     Submission& out);
 
+  /// Places storage for all of `buffer` at `at` now, outside any command,
+  /// evicting as enqueue() does: for a host that must hand out a pointer into
+  /// the storage before the command that uses it (a map). Nothing else
+  /// changes; `out` only carries the scratch. Errors as enqueue().
+  /// Complexity: one allocation, plus one pass over the engine's buffers per
+  /// eviction.
+  [[nodiscard]] std::optional<EnqueueError> place(Buffer& buffer, Location at, Submission& out);
+
   [[nodiscard]] EngineStats stats() const noexcept;
   [[nodiscard]] Host& host() const noexcept { return host_; }
   [[nodiscard]] const migration::EventOps& event_ops() const noexcept { return event_ops_; }
@@ -198,7 +207,7 @@ class Engine {
   std::atomic<std::uint64_t> stamp_{0};
   struct Counters {
     std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
-        evictions{0}, write_backs{0};
+        evictions{0}, write_backs{0}, bytes_written_back{0};
   } counters_;
 };
 

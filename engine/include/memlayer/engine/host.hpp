@@ -64,18 +64,26 @@ struct CopyHandle {
   Event event = nullptr;
   /// Whatever the host needs to start the copy later (its command node).
   std::shared_ptr<void> host_data;
+  /// The host made the copy already, synchronously (allowed only when every
+  /// event in CopyRequest::after has finished): `event` is nullptr and the
+  /// engine neither submits nor discards it.
+  bool completed = false;
 };
 
 /// One copy the engine wants made: bytes [offset, offset + size) of the
 /// buffer `cookie`, from its storage at `src` to its storage at `dst`.
 struct CopyRequest {
   void* cookie = nullptr;
+  bool write_back = false;  ///< saves bytes of storage being evicted (else: for a command)
   Location src = migration::kHost;
   Location dst = migration::kHost;
   StorageHandle src_storage = 0;
   StorageHandle dst_storage = 0;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  /// What the copy will wait for (what made its source valid, the fences of
+  /// its destination); valid during the call.
+  std::span<const Event> after;
 };
 
 class Host {
@@ -107,12 +115,20 @@ class Host {
   virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
                     std::span<const Event> after) noexcept = 0;
 
+  /// Whether eviction may take buffer `cookie`'s storage at `at` now (false:
+  /// the host has handed out a pointer into it, a mapping). O(1); called
+  /// under engine locks. The default: always.
+  [[nodiscard]] virtual bool can_evict(void* /*cookie*/, Location /*at*/) const noexcept { return true; }
+
   // ---- copies -------------------------------------------------------------
   /// Makes, without starting it, a copy of `request`'s bytes. The copy must
   /// keep whatever it reads and writes alive until it has run (the buffer may
-  /// be released meanwhile). nullptr `event`: the copy could not be made (no
-  /// host memory; the buffer is being destroyed); the engine then gives up
-  /// the step that needed it.
+  /// be released meanwhile). nullptr `event` and not `completed`: the copy
+  /// could not be made (no host memory; the buffer is being destroyed); the
+  /// engine then gives up the step that needed it. A host whose free() must
+  /// wait (it cannot fence reused storage) may run an eviction's write-back
+  /// here, synchronously, when its `after` has all finished: the storage can
+  /// then be freed at once (`completed`).
   virtual CopyHandle create_copy(const CopyRequest& request) = 0;
   /// Starts a copy after `deps` (retained by the engine for the call).
   virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) = 0;
