@@ -109,4 +109,3 @@ void grid(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(no_migration)->Apply(grid);
 BENCHMARK(migration)->Apply(grid);
-BENCHMARK_MAIN();

@@ -146,4 +146,3 @@ BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(64 << 20)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();

@@ -171,4 +171,3 @@ BENCHMARK(BM_FanOut)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -82,6 +84,8 @@ class TwoDevices : public ::testing::Test {
     return v;
   }
 
+  void disjoint_sub_buffers(std::size_t& wrong);
+
   std::vector<cl_device_id> devices_;
   Context ctx_;
   Queue queue_[2];
@@ -96,7 +100,10 @@ struct Sub {
   Mem mem;
 };
 
-TEST_F(TwoDevices, DisjointSubBuffersOnTwoDevices) {
+// The conformance case, run twice over; `wrong` counts, per round, the
+// sub-buffers holding a byte the host model does not.
+void TwoDevices::disjoint_sub_buffers(std::size_t& wrong) {
+  wrong = 0;
   constexpr std::size_t kSize = 4 << 20;
   const std::size_t align = base_align();
   std::mt19937 rng(22);
@@ -195,9 +202,32 @@ TEST_F(TwoDevices, DisjointSubBuffersOnTwoDevices) {
       bad.push_back(static_cast<std::size_t>(it - subs.begin()));
       k = it->origin + it->size - 1;
     }
-    EXPECT_TRUE(bad.empty()) << "round " << round << ": " << bad.size() << " of " << subs.size()
-                             << " sub-buffers hold wrong bytes";
+    if (!bad.empty())
+      std::printf("round %d: %zu of %zu sub-buffers hold wrong bytes\n", round, bad.size(), subs.size());
+    wrong += bad.size();
   }
+}
+
+bool pocl_own_engine() {
+  const char* v = std::getenv("POCL_MEMLAYER_MIGRATION");
+  return v != nullptr && std::string(v) == "0";
+}
+
+TEST_F(TwoDevices, DisjointSubBuffersOnTwoDevices) {
+  if (pocl_own_engine()) GTEST_SKIP() << "PoCL's own engine loses these writes (PoclOwnEngineLosesThem)";
+  std::size_t wrong = 0;
+  ASSERT_NO_FATAL_FAILURE(disjoint_sub_buffers(wrong));
+  EXPECT_EQ(wrong, 0u) << "sub-buffers hold wrong bytes";
+}
+
+// What README's comparison claims of PoCL 3.1's own whole-buffer versions,
+// checked in the same build (ctest runs it with POCL_MEMLAYER_MIGRATION=0):
+// should PoCL's engine ever keep these writes, this fails and the claim goes.
+TEST_F(TwoDevices, PoclOwnEngineLosesThem) {
+  if (!pocl_own_engine()) GTEST_SKIP() << "needs POCL_MEMLAYER_MIGRATION=0";
+  std::size_t wrong = 0;
+  ASSERT_NO_FATAL_FAILURE(disjoint_sub_buffers(wrong));
+  EXPECT_GT(wrong, 0u) << "PoCL's own engine kept every disjoint sub-buffer write";
 }
 
 // A kernel that gets one buffer twice, read-only and writable, writes it:

@@ -1,0 +1,33 @@
+// main() for memlayer's Google Benchmark programs: as BENCHMARK_MAIN, but the
+// exit status is 1 when any benchmark reported an error. The benchmarks check
+// what they measure (a kernel that failed, a copy the no-migration path
+// planned, too few devices) with State::SkipWithError, which Google
+// Benchmark prints and otherwise forgets: so a smoke run in ctest fails then.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+class ErrorCountingReporter final : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs)
+      if (r.error_occurred) ++errors;
+    ConsoleReporter::ReportRuns(runs);
+  }
+  int errors = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  ErrorCountingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  if (reporter.errors != 0) std::fprintf(stderr, "%d benchmark(s) reported an error\n", reporter.errors);
+  return reporter.errors != 0 ? 1 : 0;
+}
