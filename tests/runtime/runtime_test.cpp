@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -360,12 +361,16 @@ TEST(Runtime, OutOfOrderQueueBarrier) {
   EXPECT_GT(barrier.status(), cl::kComplete);
   EXPECT_GT(after.status(), cl::kComplete) << "commands after a barrier wait for it";
   // The order they end in: the gated write, then the barrier, then `after`.
+  // A callback may still be running when wait() returns (the status is
+  // published first), so the check waits for all three callbacks.
   std::mutex order_mutex;
+  std::condition_variable recorded;
   std::vector<int> order;
   auto record = [&](int which) {
     return [&, which](int) {
       std::lock_guard lock(order_mutex);
       order.push_back(which);
+      recorded.notify_all();
     };
   };
   w.on_complete(record(0));
@@ -374,7 +379,9 @@ TEST(Runtime, OutOfOrderQueueBarrier) {
   ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
   EXPECT_EQ(after.wait(), cl::kComplete);
   EXPECT_EQ(w.wait(), cl::kComplete);
-  std::lock_guard lock(order_mutex);
+  std::unique_lock lock(order_mutex);
+  ASSERT_TRUE(recorded.wait_for(lock, std::chrono::seconds(30), [&] { return order.size() == 3; }))
+      << "callbacks seen: " << order.size();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }
 
