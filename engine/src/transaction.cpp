@@ -38,13 +38,7 @@ std::optional<EnqueueError> Transaction::run() {
   } catch (const std::bad_alloc&) {
     failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
   }
-  if (failed) {
-    rollback();
-    unlock_all();
-    start_copies();  // only the write-backs of evictions made on the way
-    out_.clear();
-    return failed;
-  }
+  if (failed) return fail(std::move(*failed));
   commit_all();
   unlock_all();
   start_copies();
@@ -61,10 +55,25 @@ std::optional<EnqueueError> Transaction::run_place() {
   } catch (const std::bad_alloc&) {
     failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
   }
-  if (failed) rollback();
+  if (failed) return fail(std::move(*failed));
   unlock_all();
   start_copies();
-  return failed;
+  return std::nullopt;
+}
+
+std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
+  rollback();
+  unlock_all();
+  start_copies();  // only the write-backs of evictions made on the way
+  out_.clear();
+  if (e.code == EnqueueError::Code::device_busy) out_.waits_.swap(s_.room_after);  // their references move
+  drop_room_after();
+  return e;
+}
+
+void Transaction::drop_room_after() noexcept {
+  for (Event e : s_.room_after) host_.release(e);
+  s_.room_after.clear();
 }
 
 // ---- buffers and locks ----------------------------------------------------
@@ -113,7 +122,10 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   if (st.allocated) return std::nullopt;
   for (;;) {
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
+    drop_room_after();  // an earlier attempt's
+    s_.room_after.swap(a.room_after);
     if (a.outcome == Allocation::Outcome::ok) {
+      drop_room_after();
       st.allocated = true;
       st.handle = a.handle;
       st.fences = std::move(a.fences);  // the host handed us their references
@@ -121,6 +133,12 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
       return std::nullopt;
     }
     if (a.outcome == Allocation::Outcome::full && loc != kHost && !for_eviction && evict_one(loc)) continue;
+    if (a.outcome == Allocation::Outcome::full && !s_.room_after.empty() && loc != kHost) {
+      return error(EnqueueError::Code::device_busy,
+                   where(loc) + ": no room for a " + std::to_string(b.size()) +
+                       "-byte buffer until queued commands finish with the storage evicted for it");
+    }
+    drop_room_after();
     if (a.outcome == Allocation::Outcome::full) {
       return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
                    where(loc) + ": cannot place a " + std::to_string(b.size()) +

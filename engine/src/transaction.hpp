@@ -40,7 +40,8 @@ struct EnqueueScratch {
   std::vector<Pending> pending;
   std::vector<Event> deps;
   std::vector<Placed> placed;
-  std::vector<Event> after;  // scratch for Host::free
+  std::vector<Event> after;       // scratch for Host::free
+  std::vector<Event> room_after;  // the last `full` allocation's, retained
 };
 
 class Transaction {
@@ -70,6 +71,8 @@ class Transaction {
 
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
   void add_wait(Event e);                   // to out.waits, retained, once
+  void drop_room_after() noexcept;
+  std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
 
   Engine& engine_;

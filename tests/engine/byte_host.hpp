@@ -1,7 +1,9 @@
 // A complete engine::Host over plain byte arrays, for the engine's tests.
 //
 // Each device location is a fixed-size byte array whose space a bufalloc
-// Region hands out (so a small one fills up and the engine must evict); the
+// Region hands out (so a small one fills up and the engine must evict;
+// freed storage is fenced, or with defer_frees kept until its users finish,
+// as memlayer's runtime and PoCL do); the
 // host copy of a buffer is a byte vector of its own. Events are tasks in a
 // dependency graph: copies, commands, and the fences that guard freed
 // storage. Nothing runs by itself: the test calls run_some() / run_all(),
@@ -73,10 +75,16 @@ class ByteHost final : public Host {
       a.message = "refused by the test";
       return a;
     }
+    collect();
     auto r = regions_[at - 1].allocate(size, 64);
     if (!r) {
       a.outcome = Allocation::Outcome::full;
       a.message = r.error().message();
+      for (const Quarantine& q : deferred_) {
+        if (q.at != at) continue;
+        ++q.fence->refs;  // handed to the engine
+        a.room_after.push_back(q.fence);
+      }
       return a;
     }
     a.outcome = Allocation::Outcome::ok;
@@ -94,8 +102,6 @@ class ByteHost final : public Host {
   void free(Location at, void*, StorageHandle storage, std::uint64_t size,
             std::span<const Event> after) noexcept override {
     if (at == kHost) return;
-    --live_storage;
-    EXPECT_TRUE(regions_[at - 1].free(storage).ok());
     Task& fence = new_task();
     for (Event e : after) {
       // The engine must still hold what it names (a real host would read a freed event).
@@ -103,6 +109,12 @@ class ByteHost final : public Host {
       fence.deps.push_back(&task(e));
     }
     fence.submitted = true;
+    if (defer_frees) {
+      deferred_.push_back({at, storage, size, &fence});
+      return;
+    }
+    --live_storage;
+    EXPECT_TRUE(regions_[at - 1].free(storage).ok());
     quarantine_.push_back({at, storage, size, &fence});
   }
 
@@ -171,6 +183,25 @@ class ByteHost final : public Host {
       }
     }
   }
+  /// With defer_frees: frees the storage whose users have all finished.
+  void collect() {
+    std::erase_if(deferred_, [&](const Quarantine& q) {
+      if (!q.fence->done) return false;
+      --live_storage;
+      EXPECT_TRUE(regions_[q.at - 1].free(q.offset).ok());
+      return true;
+    });
+  }
+  /// Runs ready tasks until every one of `events` is done; false if they
+  /// never can be.
+  bool run_until_done(std::span<const Event> events) {
+    for (;;) {
+      bool all = true;
+      for (Event e : events) all = all && task(e).done;
+      if (all) return true;
+      if (!run_one()) return false;
+    }
+  }
   [[nodiscard]] int outstanding_refs() const {
     int n = 0;
     for (const Task& t : tasks_) n += t.refs;
@@ -179,6 +210,10 @@ class ByteHost final : public Host {
 
   migration::LinkCostModel cost;
   bool fail_allocations = false;
+  /// Like PoCL: free() keeps storage whose `after` events are unfinished
+  /// until they have finished (collected at the next allocate), and a `full`
+  /// allocation names those events as room_after.
+  bool defer_frees = false;
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
   int copies_created = 0, copies_discarded = 0;
   std::uint64_t moved = 0;
@@ -217,6 +252,7 @@ class ByteHost final : public Host {
   std::vector<bufalloc::Region> regions_;          // [d - 1] for device d
   std::deque<Task> tasks_;                         // stable addresses
   std::vector<Quarantine> quarantine_;
+  std::vector<Quarantine> deferred_;  // defer_frees: storage still allocated
   std::mt19937_64 rng_;
 };
 

@@ -1,10 +1,14 @@
 // The memlayer PoCL device through the ICD loader: what it reports, and
-// its failure paths (device memory full: idle buffers evicted, else a
-// clean enqueue error; local memory exceeded). ctest runs
-// it with POCL_DEVICES=memlayer and
-// POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2.
+// its failure paths (device memory full: buffers evicted, least recently
+// used first; queued work waited for; a clean enqueue error when the
+// command alone does not fit or the room is held by gated work; local
+// memory exceeded). ctest runs it with POCL_DEVICES=memlayer and
+// POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2,
+// and QueuedWorkLargerThanTheDeviceRuns alone with global_mem=8M.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -111,7 +115,13 @@ TEST_F(PoclDevice, EvictionTakesTheLeastRecentlyUsedBuffer) {
   EXPECT_EQ(migration_stats().h2d_bytes - reread.h2d_bytes, kBlock);
 }
 
-TEST_F(PoclDevice, FullMemoryWithNothingIdleFailsTheEnqueueCleanlyAndRecovers) {
+// The device is full of buffers whose commands wait for a user event the
+// test sets only later: their storage is evicted (kept until those
+// commands finish), and the enqueue that needs it waits for them up to
+// POCL_MEMLAYER_ROOM_WAIT_MS (ctest sets 500) and then fails cleanly
+// instead of hanging. Once the event is set, everything runs and nothing
+// is lost.
+TEST_F(PoclDevice, WorkGatedByAUserEventFailsTheEnqueueAfterTheWaitLimitAndRecovers) {
   constexpr std::size_t kBlock = 16 << 20;
   std::vector<Mem> bufs;
   for (int i = 0; i < 5; ++i) bufs.push_back(buffer(kBlock));
@@ -126,12 +136,12 @@ TEST_F(PoclDevice, FullMemoryWithNothingIdleFailsTheEnqueueCleanlyAndRecovers) {
     ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), bufs[i].get(), CL_FALSE, 0, kBlock, data[i].data(), 1, &g, nullptr),
               CL_SUCCESS);
   }
-  // Nothing can be evicted: the fifth fails at enqueue, and again.
+  // No room until the gate opens: the fifth fails at enqueue, and again.
   EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
   EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
   ASSERT_EQ(clSetUserEventStatus(gate.get(), CL_COMPLETE), CL_SUCCESS);
   ASSERT_EQ(clFinish(queue_.get()), CL_SUCCESS);
-  // Now the four are idle: the fifth evicts one, and nothing is lost.
+  // Now the four are done: the fifth finds room, and nothing is lost.
   ASSERT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_SUCCESS);
   for (std::uint32_t i = 0; i < 5; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 1000)) << i;
 }
@@ -166,6 +176,90 @@ TEST_F(PoclDevice, EvictionWhileOtherThreadsEnqueue) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t];
   EXPECT_GE(migration_stats().evictions - before.evictions, 1u);
+}
+
+// A working set of 21/8 of the device (ctest: 21 MiB on 8 MiB), and
+// commands queued without waiting on an out-of-order queue: kernels on
+// three buffers, writes, migrations. Every resident buffer is held by a
+// queued command most of the time, so an enqueue that needs room evicts
+// busy buffers and waits for their commands to let go; none may fail.
+// Each command waits for the last command on each of its buffers, so the
+// result is that of running them in enqueue order.
+TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) {
+  const std::size_t block = info<cl_ulong>(CL_DEVICE_GLOBAL_MEM_SIZE) / 8;
+  const std::size_t n = block / 4;
+  constexpr int kBuffers = 21, kRounds = 3;
+  std::vector<cl_device_id> devs{device_};
+  Program program = build_program(ctx_.get(), devs, R"CLC(
+    kernel void combine(global const uint* a, global const uint* b, global uint* c) {
+      size_t i = get_global_id(0);
+      c[i] = c[i] * 3u + a[i] + b[i];
+    }
+  )CLC");
+  cl_int err = CL_SUCCESS;
+  Kernel combine(clCreateKernel(program.get(), "combine", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_queue_properties props[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, 0};
+  Queue q(clCreateCommandQueueWithProperties(ctx_.get(), device_, props, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+
+  std::vector<Mem> bufs;
+  std::vector<std::vector<std::uint32_t>> model(kBuffers, std::vector<std::uint32_t>(n));
+  std::vector<Event> last(kBuffers);
+  auto after = [&](std::initializer_list<int> touched, std::vector<cl_event>& list) {
+    list.clear();
+    for (int b : touched)
+      if (last[b].get() != nullptr && std::find(list.begin(), list.end(), last[b].get()) == list.end())
+        list.push_back(last[b].get());
+  };
+  auto record = [&](std::initializer_list<int> touched, cl_event ev) {
+    for (int b : touched) {
+      clRetainEvent(ev);
+      last[b] = Event(ev);
+    }
+    clReleaseEvent(ev);
+  };
+  std::vector<cl_event> waits;
+  for (int b = 0; b < kBuffers; ++b) {
+    bufs.push_back(buffer(block));
+    std::iota(model[b].begin(), model[b].end(), static_cast<std::uint32_t>(b) << 20);
+    cl_event ev = nullptr;
+    ASSERT_EQ(clEnqueueWriteBuffer(q.get(), bufs[b].get(), CL_FALSE, 0, block, model[b].data(), 0, nullptr, &ev),
+              CL_SUCCESS) << b;
+    record({b}, ev);
+  }
+  const auto before = migration_stats();
+  for (int round = 0; round < kRounds; ++round) {
+    for (int j = 0; j < kBuffers; ++j) {
+      const int a = j, b = (j + 7) % kBuffers, c = (j + 1) % kBuffers;
+      cl_mem args[] = {bufs[a].get(), bufs[b].get(), bufs[c].get()};
+      for (cl_uint i = 0; i < 3; ++i) ASSERT_EQ(clSetKernelArg(combine.get(), i, sizeof(cl_mem), &args[i]), CL_SUCCESS);
+      after({a, b, c}, waits);
+      cl_event ev = nullptr;
+      ASSERT_EQ(clEnqueueNDRangeKernel(q.get(), combine.get(), 1, nullptr, &n, nullptr, static_cast<cl_uint>(waits.size()),
+                                       waits.data(), &ev),
+                CL_SUCCESS)
+          << "round " << round << ", kernel " << j;
+      record({a, b, c}, ev);
+      for (std::size_t i = 0; i < n; ++i) model[c][i] = model[c][i] * 3u + model[a][i] + model[b][i];
+      if (j % 5 == 0) {  // moved to the device ahead of its next use
+        cl_mem m = bufs[(j + 3) % kBuffers].get();
+        after({(j + 3) % kBuffers}, waits);
+        ASSERT_EQ(clEnqueueMigrateMemObjects(q.get(), 1, &m, 0, static_cast<cl_uint>(waits.size()), waits.data(), &ev),
+                  CL_SUCCESS)
+            << "round " << round << ", migration " << j;
+        record({(j + 3) % kBuffers}, ev);
+      }
+    }
+  }
+  ASSERT_EQ(clFinish(q.get()), CL_SUCCESS);
+  EXPECT_GT(migration_stats().evictions - before.evictions, static_cast<std::uint64_t>(kBuffers));
+  std::vector<std::uint32_t> got(n);
+  for (int b = 0; b < kBuffers; ++b) {
+    ASSERT_EQ(clEnqueueReadBuffer(q.get(), bufs[b].get(), CL_TRUE, 0, block, got.data(), 0, nullptr, nullptr),
+              CL_SUCCESS);
+    EXPECT_TRUE(got == model[b]) << "buffer " << b << " differs from running the commands in enqueue order";
+  }
 }
 
 TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {

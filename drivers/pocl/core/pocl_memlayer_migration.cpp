@@ -16,6 +16,7 @@ extern "C" {
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@ extern "C" {
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memlayer/engine/engine.hpp"
@@ -99,10 +101,11 @@ struct BufferState {
 
 // ---- PoCL as the engine's host --------------------------------------------------
 
-// Device storage an eviction gave back while commands may still use it: PoCL
-// can free a buffer's storage on one device only as a whole, so it is freed
-// once every event in `after` has finished (checked at each allocation), or
-// taken over again if the engine places the same buffer there first.
+// Device storage an eviction gave back while commands may still use it:
+// PoCL's commands look a buffer's storage up when they run, so it is freed
+// only once every event in `after` has finished (checked at each
+// allocation), or taken over again if the engine places the same buffer
+// there first. Until then a full device names those events as room_after.
 struct DeferredFree {
   cl_mem mem;
   cl_device_id dev;
@@ -133,6 +136,8 @@ class PoclHost final : public memlayer::engine::Host {
   void forget(cl_mem mem);
 
  private:
+  void room_after(cl_device_id dev, std::vector<Event>& out);
+
   ContextState& cs_;
   std::mutex deferred_mutex_;
   std::vector<DeferredFree> deferred_;
@@ -225,8 +230,23 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
   } else {
     a.outcome = Allocation::Outcome::full;
     a.message = std::string(dev->short_name) + " has no room for " + std::to_string(size) + " bytes";
+    room_after(dev, a.room_after);
   }
   return a;
+}
+
+// What must finish before the storage kept for `dev`'s deferred frees can
+// go: each unfinished event once, retained for the engine.
+void PoclHost::room_after(cl_device_id dev, std::vector<Event>& out) {
+  std::lock_guard<std::mutex> lock(deferred_mutex_);
+  for (const DeferredFree& d : deferred_) {
+    if (d.dev != dev) continue;
+    for (cl_event e : d.after) {
+      if (::finished(e) || std::find(out.begin(), out.end(), e) != out.end()) continue;
+      POname(clRetainEvent)(e);
+      out.push_back(e);
+    }
+  }
 }
 
 void PoclHost::free(Location at, void* cookie, StorageHandle, std::uint64_t, std::span<const Event> after) noexcept {
@@ -450,6 +470,42 @@ BufferState* buffer_state(ContextState& cs, cl_mem mem) {
   return s;
 }
 
+// ---- waiting for room -----------------------------------------------------------
+
+// How long an enqueue waits for queued work to give back the device storage
+// it needs (POCL_MEMLAYER_ROOM_WAIT_MS, default 60 s). Read at each wait:
+// only an enqueue that must wait pays for it.
+std::chrono::milliseconds room_wait_limit() {
+  constexpr long kDefault = 60000;
+  const char* v = std::getenv("POCL_MEMLAYER_ROOM_WAIT_MS");
+  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(kDefault);
+  char* end = nullptr;
+  const long ms = std::strtol(v, &end, 10);
+  if (*end != '\0' || ms < 0) {
+    std::fprintf(stderr, "pocl: POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not '%s'; using %ld\n",
+                 v, kDefault);
+    return std::chrono::milliseconds(kDefault);
+  }
+  return std::chrono::milliseconds(ms);
+}
+
+// Waits, holding no lock, until every one of `events` has finished (true)
+// or the limit has passed (false). They are commands already enqueued, so
+// they finish by themselves unless one waits, directly or not, for a user
+// event the application sets only after this enqueue returns: the limit
+// turns that deadlock into an allocation failure. PoCL offers no timed
+// wait, so this polls, backing off to 1 ms.
+bool wait_for_room(std::span<const Event> events) {
+  const auto deadline = std::chrono::steady_clock::now() + room_wait_limit();
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    if (std::all_of(events.begin(), events.end(), [](Event e) { return finished(event_of(e)); })) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
 // ---- one command ------------------------------------------------------------
 
 // Per-thread scratch: once warm, an enqueue allocates nothing here.
@@ -477,7 +533,8 @@ Access access_of(ml_access a) {
 
 cl_int error_code(const memlayer::engine::EnqueueError& e) {
   switch (e.code) {
-    case memlayer::engine::EnqueueError::Code::device_full: return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    case memlayer::engine::EnqueueError::Code::device_full:
+    case memlayer::engine::EnqueueError::Code::device_busy: return CL_MEM_OBJECT_ALLOCATION_FAILURE;
     case memlayer::engine::EnqueueError::Code::host_out_of_memory: return CL_OUT_OF_HOST_MEMORY;
     case memlayer::engine::EnqueueError::Code::host_failed: break;
   }
@@ -500,10 +557,17 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   Scratch& sc = scratch();
-  auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
-  if (!failed) return CL_SUCCESS;
-  POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
-  return error_code(*failed);
+  for (;;) {
+    auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
+    if (!failed) return CL_SUCCESS;
+    if (failed->code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sc.submission.waits())) {
+      sc.submission.clear();
+      continue;
+    }
+    sc.submission.clear();
+    POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
+    return error_code(*failed);
+  }
 }
 
 cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
@@ -543,16 +607,25 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
 
   // The command first (the engine records its event), without the user's
   // wait list: a command that fails below is then freed with nothing
-  // pointing at it.
-  cl_int err = pocl_create_command_struct(cmd, command_queue, command_type, event_p, 0, nullptr, sc.mems.size(),
-                                          sc.mems.data());
-  if (err != CL_SUCCESS) return err;
-  cl_event final_event = (*cmd)->sync.event.event;
-  if (auto failed = cs->engine.enqueue(sc.uses, at, final_event, sc.submission)) {
-    POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
+  // pointing at it. A device full of storage that queued work still holds
+  // (deferred frees) makes room once that work finishes: wait, try again.
+  cl_event final_event = nullptr;
+  for (;;) {
+    cl_int err = pocl_create_command_struct(cmd, command_queue, command_type, event_p, 0, nullptr, sc.mems.size(),
+                                            sc.mems.data());
+    if (err != CL_SUCCESS) return err;
+    final_event = (*cmd)->sync.event.event;
+    auto failed = cs->engine.enqueue(sc.uses, at, final_event, sc.submission);
+    if (!failed) break;
     discard_command(*cmd);
     *cmd = nullptr;
     if (event_p != nullptr) *event_p = nullptr;
+    if (failed->code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sc.submission.waits())) {
+      sc.submission.clear();
+      continue;
+    }
+    sc.submission.clear();
+    POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
     return error_code(*failed);
   }
   // Held until the command finishes (pocl_free_event_memobjs); an unmap

@@ -123,6 +123,11 @@ struct EngineStats {
 struct EnqueueError {
   enum class Code : std::uint8_t {
     device_full,         ///< the command's buffers cannot all be placed, even after evicting
+    /// The location is full of storage that is freed once queued work
+    /// finishes (Allocation::room_after): Submission::waits() lists that
+    /// work. Wait for it with no enqueue of this thread in progress, then
+    /// enqueue again. Only a host whose free() keeps storage reports it.
+    device_busy,
     host_out_of_memory,  ///< no host memory for the engine's records or a host copy
     host_failed,         ///< the host refused an allocation or a copy (Allocation::error)
   };
@@ -142,7 +147,8 @@ class Submission {
 
   /// Every event the command must wait for: the last writers and readers
   /// of its ranges as the ordering rules say, the copies made for it, and
-  /// the fences of storage placed over evicted storage. Each once.
+  /// the fences of storage placed over evicted storage. Each once. After a
+  /// `device_busy` failure: what to wait for before trying again.
   [[nodiscard]] std::span<const Event> waits() const noexcept { return waits_; }
   /// The storage at the command's location of each use's buffer, in the
   /// order the uses were given (the use's bytes start at handle + offset).

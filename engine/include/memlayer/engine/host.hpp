@@ -49,10 +49,15 @@ struct Allocation {
   };
   Outcome outcome = Outcome::error;
   StorageHandle handle = 0;
-  /// Events that must finish before anything may write the new storage
-  /// (it may overlap storage an eviction freed, still being read out). The
-  /// host transfers one reference to each to the engine.
+  /// With `ok`: events that must finish before anything may write the new
+  /// storage (it may overlap storage an eviction freed, still being read
+  /// out). The host transfers one reference to each to the engine.
   std::vector<Event> fences;
+  /// With `full`: events after which the location has more room — storage
+  /// free() was given while its `after` events were unfinished, which this
+  /// host frees only then (see free()). Empty: waiting will not make room.
+  /// The host transfers one reference to each to the engine.
+  std::vector<Event> room_after;
   std::string message;
 };
 
@@ -109,9 +114,13 @@ class Host {
   virtual Allocation allocate(Location at, void* cookie, std::uint64_t size) = 0;
   /// Gives back storage allocate() made. The host must not let anything
   /// write the bytes before every event in `after` has finished (its last
-  /// users, the write-back reading it out): it may wait, or free at once and
-  /// name those events as fences of whatever allocate() places over them
-  /// next. Never fails.
+  /// users, the write-back reading it out). Either it frees at once and
+  /// names those events as `fences` of whatever allocate() places over them
+  /// next (memlayer's runtime: its commands hold storage addresses taken at
+  /// enqueue), or it keeps the storage until they have finished and, while
+  /// that keeps allocate() `full`, names them as `room_after` (PoCL: its
+  /// commands look the storage up when they run, so it must stay theirs).
+  /// Never fails.
   virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
                     std::span<const Event> after) noexcept = 0;
 
