@@ -6,12 +6,17 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <unistd.h>
 #include <vector>
 
 namespace {
 
 class ErrorCountingReporter final : public benchmark::ConsoleReporter {
  public:
+  // Colour only on a terminal, as Google Benchmark's own default reporter:
+  // scripts parse the table (bench/pocl/compare-engines.sh).
+  ErrorCountingReporter()
+      : ConsoleReporter(isatty(fileno(stdout)) != 0 ? OO_ColorTabular : OO_Tabular) {}
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
       if (r.error_occurred) ++errors;

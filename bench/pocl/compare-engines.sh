@@ -18,7 +18,7 @@ trap 'rm -f "$out"' EXIT
 
 run() {  # engine program devices filter
   POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=$3 "$bench/$2" --benchmark_filter="$4" --benchmark_repetitions=3 \
-    --benchmark_report_aggregates_only=true 2>/dev/null | awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out"
+    --benchmark_report_aggregates_only=true --benchmark_color=false 2>/dev/null | awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out"
 }
 
 for ((r = 1; r <= rounds; ++r)); do

@@ -9,8 +9,10 @@
 #include "memlayer/bufalloc/linear_region.hpp"
 #include "memlayer/bufalloc/locked_region.hpp"
 #include "memlayer/bufalloc/region.hpp"
+#include "memlayer/c_status.hpp"
 
 using namespace memlayer::bufalloc;
+namespace c_api = memlayer::c_api;
 
 struct ml_region {
   // Exactly one is engaged, chosen by ML_REGION_THREAD_SAFE.
@@ -34,14 +36,10 @@ struct ml_linear {
 
 namespace {
 
-thread_local std::string last_message;
-
 ml_status to_status(Errc code) noexcept { return static_cast<ml_status>(code); }
 
 ml_status fail(const Error& e, const std::string& detail = {}) {
-  last_message = e.message();
-  if (!detail.empty()) last_message += ": " + detail;
-  return to_status(e.code);
+  return c_api::fail(to_status(e.code), detail.empty() ? e.message() : e.message() + ": " + detail);
 }
 
 ml_status fail(Errc code) { return fail(Error{code}); }
@@ -64,31 +62,6 @@ ml_status from_result(const R& r) {
 }  // namespace
 
 extern "C" {
-
-const char* ml_status_name(ml_status status) {
-  switch (status) {
-    case ML_OK: return "ML_OK";
-    case ML_ERROR_ZERO_SIZE: return "ML_ERROR_ZERO_SIZE";
-    case ML_ERROR_SIZE_OVERFLOW: return "ML_ERROR_SIZE_OVERFLOW";
-    case ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO: return "ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO";
-    case ML_ERROR_ALIGNMENT_OVERFLOW: return "ML_ERROR_ALIGNMENT_OVERFLOW";
-    case ML_ERROR_OUT_OF_MEMORY: return "ML_ERROR_OUT_OF_MEMORY";
-    case ML_ERROR_ADDRESS_OUTSIDE_REGION: return "ML_ERROR_ADDRESS_OUTSIDE_REGION";
-    case ML_ERROR_NOT_BLOCK_START: return "ML_ERROR_NOT_BLOCK_START";
-    case ML_ERROR_DOUBLE_FREE: return "ML_ERROR_DOUBLE_FREE";
-    case ML_ERROR_REGION_EMPTY: return "ML_ERROR_REGION_EMPTY";
-    case ML_ERROR_REGION_WRAPS: return "ML_ERROR_REGION_WRAPS";
-    case ML_ERROR_GRANULARITY_NOT_POWER_OF_TWO: return "ML_ERROR_GRANULARITY_NOT_POWER_OF_TWO";
-    case ML_ERROR_MISALIGNED_BASE: return "ML_ERROR_MISALIGNED_BASE";
-    case ML_ERROR_STALE_MARK: return "ML_ERROR_STALE_MARK";
-    case ML_ERROR_INVARIANT_VIOLATION: return "ML_ERROR_INVARIANT_VIOLATION";
-    case ML_ERROR_INVALID_ARGUMENT: return "ML_ERROR_INVALID_ARGUMENT";
-    case ML_ERROR_HOST_OUT_OF_MEMORY: return "ML_ERROR_HOST_OUT_OF_MEMORY";
-  }
-  return "ML_UNKNOWN_STATUS";
-}
-
-const char* ml_last_error_message(void) { return last_message.c_str(); }
 
 ml_status ml_region_create(uint64_t base, uint64_t size, uint64_t granularity, uint32_t flags, ml_region** out) {
   if (out == nullptr) return fail(Errc::invalid_argument);

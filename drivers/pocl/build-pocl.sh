@@ -103,6 +103,7 @@ sync_tree "$root/drivers/devmem/src" "$dest/memlayer-src/devmem"
 core=$dir/src/lib/CL/memlayer-core
 sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
 sync_tree "$here/core" "$core"
+sync_file "$root/bufalloc/include/memlayer/status.h" "$core/memlayer-src/include/memlayer/status.h"
 sync_tree "$root/migration/include" "$core/memlayer-src/include"
 sync_tree "$root/migration/src" "$core/memlayer-src/migration"
 sync_tree "$root/engine/include" "$core/memlayer-src/include"

@@ -3,10 +3,13 @@
 # (drivers/pocl/core) beside it and the migration component's sources to
 # memlayer-src/. Our patch adds the objects to libpocl. It is not part of
 # memlayer's own CMake project.
+# The planner's C API (migration/src/c_api.cpp) is left out: the bridge
+# calls the engine in C++ and uses only migration.h's types.
 file(GLOB MEMLAYER_CORE_SOURCES CONFIGURE_DEPENDS
   "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp"
   "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/migration/*.cpp"
   "${CMAKE_CURRENT_SOURCE_DIR}/memlayer-src/engine/*.cpp")
+list(FILTER MEMLAYER_CORE_SOURCES EXCLUDE REGEX "memlayer-src/migration/c_api\\.cpp$")
 
 add_library(pocl-memlayer-core OBJECT ${MEMLAYER_CORE_SOURCES})
 set_target_properties(pocl-memlayer-core PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON

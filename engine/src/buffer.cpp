@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <stdexcept>
 
 #include "memlayer/engine/engine.hpp"
@@ -41,15 +42,19 @@ Buffer::Storage& Buffer::storage(Location at) {
   return storage_[at];
 }
 
+// Finished users are pruned when the list reaches prune_at, which then
+// doubles past what is left: a list of unfinished users (a batch of queued
+// commands) costs O(1) amortised per add, not a scan each time.
 void Buffer::add_user(Storage& s, Event e) {
   if (!s.users.empty() && s.users.back() == e) return;
-  if (s.users.size() >= 16) {
+  if (s.users.size() >= s.prune_at) {
     Host& host = engine_.host();
     std::erase_if(s.users, [&](Event u) {
       if (!host.finished(u)) return false;
       host.release(u);
       return true;
     });
+    s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
   }
   engine_.host().retain(e);
   s.users.push_back(e);

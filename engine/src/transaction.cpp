@@ -87,9 +87,13 @@ void Transaction::group_uses() {
   s_.placed.clear();
   s_.copy_events.clear();
   for (std::size_t i = 0; i < uses_.size(); ++i) s_.order.emplace_back(uses_[i].buffer, i);
-  // Insertion sort: a handful of uses, already in order more often than not.
-  for (std::size_t i = 1; i < s_.order.size(); ++i)
-    for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
+  // A handful of uses, often in order already: insertion sort; many: sort.
+  if (s_.order.size() > 8) {
+    std::sort(s_.order.begin(), s_.order.end());
+  } else {
+    for (std::size_t i = 1; i < s_.order.size(); ++i)
+      for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
+  }
   for (const auto& [buffer, index] : s_.order) {
     if (s_.groups.empty() || s_.groups.back().buffer != buffer) s_.groups.push_back({buffer, s_.uses.size(), 0, 0});
     s_.uses.push_back(uses_[index].use);
@@ -101,10 +105,12 @@ void Transaction::group_uses() {
 void Transaction::lock_all() {
   for (const EnqueueScratch::Group& g : s_.groups) g.buffer->mutex_.lock();
   locked_ = true;
+  host_.begin_batch();
 }
 
 void Transaction::unlock_all() {
   if (!locked_) return;
+  host_.end_batch();  // while the buffers still hold what the batch retained
   for (auto it = s_.groups.rbegin(); it != s_.groups.rend(); ++it) it->buffer->mutex_.unlock();
   locked_ = false;
 }
@@ -193,6 +199,15 @@ bool Transaction::evict_one(Location loc) {
   Buffer* victim = pick_victim(loc);
   if (victim == nullptr) return false;
   std::unique_lock lock(victim->mutex_, std::adopt_lock);
+  // The references taken from the victim's records are applied before its
+  // lock goes (destroyed first): another thread may then drop those records.
+  struct Rebatch {
+    Host& host;
+    ~Rebatch() {
+      host.end_batch();
+      host.begin_batch();
+    }
+  } rebatch{host_};
   migration::Plan& plan = s_.evict_plan;
   victim->versions_.plan_evict(loc, host_.cost_model(), plan);
   if (!plan.copies.empty() && place(*victim, kHost, true)) return false;

@@ -14,7 +14,8 @@
  * it may be device memory the host cannot touch. Addresses and sizes are
  * 64-bit integers in that space.
  *
- * Errors: every fallible function returns an ml_status (ML_OK = 0) and
+ * Errors: every fallible function returns an ml_status (memlayer/status.h,
+ * shared by every memlayer C API; ML_OK = 0) and
  * writes its result through an out-pointer only on success. On failure,
  * ml_last_error_message() describes the failure with its figures (the
  * request, free bytes, largest free block...). Nothing is ever left half-done:
@@ -34,41 +35,13 @@
 
 #include <stdint.h>
 
+#include "memlayer/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Status codes. Values match memlayer::bufalloc::Errc and never change. */
-typedef enum ml_status {
-  ML_OK = 0,
-  ML_ERROR_ZERO_SIZE = 1,                    /* a request of 0 bytes */
-  ML_ERROR_SIZE_OVERFLOW = 2,                /* size rounded to the granularity exceeds 2^64-1 */
-  ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO = 3,   /* alignment neither 0 nor a power of two */
-  ML_ERROR_ALIGNMENT_OVERFLOW = 4,           /* size + alignment padding exceeds 2^64-1 */
-  ML_ERROR_OUT_OF_MEMORY = 5,                /* no free block can hold the request */
-  ML_ERROR_ADDRESS_OUTSIDE_REGION = 6,       /* free: address not in the region */
-  ML_ERROR_NOT_BLOCK_START = 7,              /* free: address inside a live block */
-  ML_ERROR_DOUBLE_FREE = 8,                  /* free: address in free space */
-  ML_ERROR_REGION_EMPTY = 9,                 /* create: usable size is 0 */
-  ML_ERROR_REGION_WRAPS = 10,                /* create: base + size exceeds 2^64-1 */
-  ML_ERROR_GRANULARITY_NOT_POWER_OF_TWO = 11,/* create: bad granularity */
-  ML_ERROR_MISALIGNED_BASE = 12,             /* create: base not a multiple of the granularity */
-  ML_ERROR_STALE_MARK = 13,                  /* rollback: mark no longer valid */
-  ML_ERROR_INVARIANT_VIOLATION = 14,         /* check: bookkeeping inconsistent (a bug) */
-  ML_ERROR_INVALID_ARGUMENT = 15,            /* a required pointer argument is NULL */
-  ML_ERROR_HOST_OUT_OF_MEMORY = 16           /* the host could not grow the bookkeeping */
-} ml_status;
-
-/* The fixed name of a status ("ML_ERROR_OUT_OF_MEMORY"); "ML_UNKNOWN_STATUS"
- * for values not listed above. O(1). Thread-safe. */
-const char* ml_status_name(ml_status status);
-
-/* A description of the last failure of an ml_* call on the calling thread,
- * with its figures, e.g. "out_of_memory: request of 4096 bytes (alignment 64)
- * failed; 1024 bytes free, largest free block 512 bytes". "" when no call on
- * this thread has failed. The pointer stays valid until the next ml_* call on
- * this thread. O(1). Thread-safe (thread-local). */
-const char* ml_last_error_message(void);
+/* ml_status, ml_status_name() and ml_last_error_message(): memlayer/status.h. */
 
 /* ------------------------------------------------------------------------ */
 /* ml_region: the global-space allocator                                    */

@@ -112,13 +112,78 @@ struct DeferredFree {
   std::vector<cl_event> after;  // retained
 };
 
+// The references the engine takes and drops while it holds buffer locks
+// (Host::begin_batch .. end_batch), as a net count per event: a kernel with
+// 64 buffer arguments retains its own event and its predecessors' hundreds
+// of times, and each clRetainEvent/clReleaseEvent takes the event's lock.
+struct RefLog {
+  static constexpr std::size_t kSlots = 512;  // a power of two
+  static constexpr std::size_t kMaxEvents = kSlots / 2;
+  bool active = false;
+  std::vector<std::pair<cl_event, int>> counts;  // PoCL counts in int
+  // counts' index + 1 by event, open addressing; 0: empty. Pruning a
+  // buffer's finished users releases dozens of distinct events at once.
+  std::array<std::uint16_t, kSlots> slots{};
+  std::uint16_t& slot(cl_event e) {
+    std::size_t h = (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> 55;
+    for (;; h = (h + 1) & (kSlots - 1)) {
+      std::uint16_t& s = slots[h];
+      if (s == 0 || counts[s - 1].first == e) return s;
+    }
+  }
+};
+thread_local RefLog t_ref_log;
+
+// Out of line: see scratch() below.
+[[gnu::noinline]] RefLog& ref_log() { return t_ref_log; }
+
+void apply_ref(cl_event e, int delta) {
+  if (delta > 0) {
+    POCL_LOCK_OBJ(e);
+    e->pocl_refcount += delta;
+    POCL_UNLOCK_OBJ(e);
+  } else if (delta < 0) {
+    // Held -delta times: all but one drop leave it alive.
+    if (delta < -1) {
+      POCL_LOCK_OBJ(e);
+      e->pocl_refcount -= -delta - 1;
+      POCL_UNLOCK_OBJ(e);
+    }
+    POname(clReleaseEvent)(e);
+  }
+}
+
+void count_ref(cl_event e, int delta) noexcept {
+  RefLog& log = ref_log();
+  if (!log.active) return apply_ref(e, delta);
+  // Most often the event counted last (the command's own, a predecessor).
+  if (!log.counts.empty() && log.counts.back().first == e) {
+    log.counts.back().second += delta;
+    return;
+  }
+  if (log.counts.size() >= RefLog::kMaxEvents) return apply_ref(e, delta);  // applying at once is always correct
+  std::uint16_t& s = log.slot(e);
+  if (s != 0) {
+    log.counts[s - 1].second += delta;
+    return;
+  }
+  try {
+    log.counts.emplace_back(e, delta);
+  } catch (const std::bad_alloc&) {
+    return apply_ref(e, delta);
+  }
+  s = static_cast<std::uint16_t>(log.counts.size());
+}
+
 class PoclHost final : public memlayer::engine::Host {
  public:
   explicit PoclHost(ContextState& cs) : cs_(cs) {}
 
-  void retain(Event e) noexcept override { POname(clRetainEvent)(event_of(e)); }
-  void release(Event e) noexcept override { POname(clReleaseEvent)(event_of(e)); }
+  void retain(Event e) noexcept override { count_ref(event_of(e), +1); }
+  void release(Event e) noexcept override { count_ref(event_of(e), -1); }
   bool finished(Event e) const noexcept override { return ::finished(event_of(e)); }
+  void begin_batch() noexcept override { ref_log().active = true; }
+  void end_batch() noexcept override;
 
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override;
   void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
@@ -233,6 +298,14 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
     room_after(dev, a.room_after);
   }
   return a;
+}
+
+void PoclHost::end_batch() noexcept {
+  RefLog& log = ref_log();
+  log.active = false;
+  for (const auto& [e, delta] : log.counts) apply_ref(e, delta);
+  if (!log.counts.empty()) log.slots.fill(0);
+  log.counts.clear();
 }
 
 // What must finish before the storage kept for `dev`'s deferred frees can
@@ -511,7 +584,7 @@ bool wait_for_room(std::span<const Event> events) {
 // Per-thread scratch: once warm, an enqueue allocates nothing here.
 struct Scratch {
   std::vector<memlayer::engine::BufferUse> uses;
-  std::vector<cl_mem> mems;  // the command's buffers, each once, in use order
+  std::vector<cl_mem> mems;  // the command's buffers, each once
   memlayer::engine::Submission submission;
 };
 thread_local Scratch t_scratch;
@@ -541,6 +614,18 @@ cl_int error_code(const memlayer::engine::EnqueueError& e) {
   return CL_OUT_OF_RESOURCES;
 }
 
+// After a failed enqueue or placement: true when it only had to wait for
+// room (device_busy) and the room came, so it should be tried again; else
+// the failure is reported and `err` is its OpenCL error.
+bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub, cl_int& err) {
+  const bool again = failed.code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sub.waits());
+  sub.clear();
+  if (again) return true;
+  POCL_MSG_ERR("memlayer migration: %s\n", failed.message.c_str());
+  err = error_code(failed);
+  return false;
+}
+
 }  // namespace
 
 extern "C" {
@@ -560,13 +645,8 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   for (;;) {
     auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
     if (!failed) return CL_SUCCESS;
-    if (failed->code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sc.submission.waits())) {
-      sc.submission.clear();
-      continue;
-    }
-    sc.submission.clear();
-    POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
-    return error_code(*failed);
+    cl_int err = CL_SUCCESS;
+    if (!try_again(*failed, sc.submission, err)) return err;
   }
 }
 
@@ -602,7 +682,19 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
     u.buffer = &b->tracked;
     sc.uses.push_back(u);
-    if (std::find(sc.mems.begin(), sc.mems.end(), mem) == sc.mems.end()) sc.mems.push_back(mem);
+    sc.mems.push_back(mem);
+  }
+  // Each buffer once. A few (copies, maps: PoCL reads mem_objs[0] of an
+  // unmap) keep their order; many (kernel arguments) are sorted, as a
+  // search per argument would be quadratic.
+  if (sc.mems.size() <= 8) {
+    auto end = sc.mems.begin();
+    for (cl_mem m : sc.mems)
+      if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
+    sc.mems.erase(end, sc.mems.end());
+  } else {
+    std::sort(sc.mems.begin(), sc.mems.end());
+    sc.mems.erase(std::unique(sc.mems.begin(), sc.mems.end()), sc.mems.end());
   }
 
   // The command first (the engine records its event), without the user's
@@ -620,13 +712,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     discard_command(*cmd);
     *cmd = nullptr;
     if (event_p != nullptr) *event_p = nullptr;
-    if (failed->code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sc.submission.waits())) {
-      sc.submission.clear();
-      continue;
-    }
-    sc.submission.clear();
-    POCL_MSG_ERR("memlayer migration: %s\n", failed->message.c_str());
-    return error_code(*failed);
+    if (!try_again(*failed, sc.submission, err)) return err;
   }
   // Held until the command finishes (pocl_free_event_memobjs); an unmap
   // releases the reference its map took.

@@ -1,7 +1,6 @@
 /* memlayer/migration.h — the C API of memlayer's migration planner.
  *
- * For runtimes written in C — PoCL's core above all, whose own whole-buffer
- * versioning this replaces (issue 6) — the same planner as
+ * For runtimes written in C, the same planner as
  * memlayer/migration/range_versions.hpp: per-buffer content versions by byte
  * range, and at each enqueue the copies that make exactly the stale bytes
  * valid where a command runs, with what everything must wait for.
@@ -12,15 +11,16 @@
  * location). An event is the runtime's opaque handle (a cl_event); the
  * planner keeps references through ml_event_ops and never waits on one.
  *
- * Errors: every fallible function returns an ml_mig_status (ML_MIG_OK = 0);
- * ml_migration_last_error() then describes the failure. A failed call
+ * Errors: every fallible function returns an ml_status (memlayer/status.h,
+ * shared with the allocators' C API; ML_OK = 0); ml_last_error_message()
+ * then describes the failure. A failed call
  * changes nothing.
  *
  * Thread-safety: an ml_versions is not synchronised; the runtime serialises
  * plan + commit per buffer (e.g. under the buffer's lock). An ml_plan is
  * used by one thread at a time, commit included (it reuses the plan's
  * scratch, so planning allocates nothing once warm). ml_cost_model is
- * read-only while planning. ml_migration_last_error() is per thread.
+ * read-only while planning. ml_last_error_message() is per thread.
  */
 #ifndef MEMLAYER_MIGRATION_H
 #define MEMLAYER_MIGRATION_H
@@ -28,18 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memlayer/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum ml_mig_status {
-  ML_MIG_OK = 0,
-  ML_MIG_INVALID_ARGUMENT = 1,   /* a null pointer, a size of 0, a location >= 64, a bad access */
-  ML_MIG_OUT_OF_RANGE = 2,       /* a use beyond the buffer's size */
-  ML_MIG_NO_PATH = 3,            /* the cost model has no way to reach a location (host links missing) */
-  ML_MIG_MISMATCH = 4,           /* commit: copy events do not match the plan */
-  ML_MIG_HOST_OUT_OF_MEMORY = 5  /* the host could not grow the bookkeeping */
-} ml_mig_status;
+/* ml_status: memlayer/status.h, the one status of memlayer's C APIs. */
 
 typedef void* ml_event; /* NULL: no event */
 
@@ -76,25 +71,23 @@ typedef struct ml_copy {
   size_t wait_count;
 } ml_copy;
 
-const char* ml_migration_last_error(void);
-
 /* ---- cost model ------------------------------------------------------- */
 typedef struct ml_cost_model ml_cost_model;
 
 /* Every device gets this host link unless set otherwise; no direct
  * device-to-device links until set. Errors: INVALID_ARGUMENT. O(1). */
-ml_mig_status ml_cost_model_create(double host_latency_s, double host_bytes_per_s, ml_cost_model** out);
+ml_status ml_cost_model_create(double host_latency_s, double host_bytes_per_s, ml_cost_model** out);
 void ml_cost_model_destroy(ml_cost_model* model);
-ml_mig_status ml_cost_model_set_host_link(ml_cost_model* model, uint32_t device, double latency_s,
+ml_status ml_cost_model_set_host_link(ml_cost_model* model, uint32_t device, double latency_s,
                                           double bytes_per_s);
 /* A direct copy path from src to dst (one direction). */
-ml_mig_status ml_cost_model_set_direct(ml_cost_model* model, uint32_t src, uint32_t dst, double latency_s,
+ml_status ml_cost_model_set_direct(ml_cost_model* model, uint32_t src, uint32_t dst, double latency_s,
                                        double bytes_per_s);
 
 /* ---- plans ------------------------------------------------------------ */
 typedef struct ml_plan ml_plan;
 
-ml_mig_status ml_plan_create(ml_plan** out);
+ml_status ml_plan_create(ml_plan** out);
 void ml_plan_destroy(ml_plan* plan);
 size_t ml_plan_copy_count(const ml_plan* plan);
 /* Copy i (< ml_plan_copy_count). */
@@ -109,7 +102,7 @@ typedef struct ml_versions ml_versions;
 /* A buffer of `size` bytes whose initial content is valid at the locations
  * in `valid_mask` (bit l = location l; usually 1: the host). `ops` is copied.
  * Errors: INVALID_ARGUMENT (size 0, empty mask, null out). O(1). */
-ml_mig_status ml_versions_create(uint64_t size, uint64_t valid_mask, const ml_event_ops* ops, ml_versions** out);
+ml_status ml_versions_create(uint64_t size, uint64_t valid_mask, const ml_event_ops* ops, ml_versions** out);
 /* Releases every event reference it holds. NULL is ignored. */
 void ml_versions_destroy(ml_versions* versions);
 
@@ -117,21 +110,21 @@ void ml_versions_destroy(ml_versions* versions);
  * (its previous content is replaced). Changes nothing.
  * Errors: INVALID_ARGUMENT, OUT_OF_RANGE, NO_PATH.
  * O(log spans + spans touched x locations). */
-ml_mig_status ml_versions_plan(const ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
+ml_status ml_versions_plan(const ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
                                const ml_cost_model* cost, ml_plan* plan);
 
 /* Records a plan made with the same uses and location, with nothing else in
  * between: copy_events[i] is the event of copy i (count must match), command
  * the command's event. Errors: INVALID_ARGUMENT, MISMATCH. */
-ml_mig_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
+ml_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
                                  size_t copy_event_count, const ml_use* uses, size_t use_count, uint32_t at,
                                  ml_event command);
 
 /* Eviction of the copy at location `at` (> 0): write-backs of the bytes held
  * only there, and (ml_plan_waits) what must finish before its storage goes. */
-ml_mig_status ml_versions_plan_evict(const ml_versions* versions, uint32_t at, const ml_cost_model* cost,
+ml_status ml_versions_plan_evict(const ml_versions* versions, uint32_t at, const ml_cost_model* cost,
                                      ml_plan* plan);
-ml_mig_status ml_versions_commit_evict(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
+ml_status ml_versions_commit_evict(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
                                        size_t copy_event_count, uint32_t at);
 
 /* 1 when [offset, offset + size) is valid at `at`, else 0 (also for a range

@@ -86,6 +86,8 @@ class Buffer {
     StorageHandle handle = 0;
     std::uint64_t last_use = 0;  // the engine's command stamp, for LRU eviction
     std::vector<Event> users;    // commands and copies that touched it, maybe unfinished
+    static constexpr std::size_t kFirstPrune = 16;
+    std::size_t prune_at = kFirstPrune;  // users.size() that prunes the finished ones
     std::vector<Event> fences;   // what must finish before it may be written
   };
   Storage& storage(Location at);

@@ -104,6 +104,15 @@ class Host {
   /// True once `e` has completed or failed. O(1), lock-free preferred: the
   /// engine asks it to prune finished events from its lists.
   [[nodiscard]] virtual bool finished(Event e) const noexcept = 0;
+  /// Bracket the references the engine takes and drops on one thread while
+  /// it holds buffer locks (a command's, or an eviction victim's). A host
+  /// whose retain()/release() are costly (a lock each) may log them after
+  /// begin_batch() and apply the net count per event in end_batch(): every
+  /// event retained meanwhile is kept alive until then by a reference the
+  /// locked buffers hold, and a deferred release only keeps an event alive
+  /// longer. Never nested. Default: nothing to do.
+  virtual void begin_batch() noexcept {}
+  virtual void end_batch() noexcept {}
 
   // ---- storage ------------------------------------------------------------
   /// Storage for all `size` bytes of buffer `cookie` at `at` (a device

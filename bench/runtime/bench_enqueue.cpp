@@ -1,0 +1,75 @@
+// The runtime's kernel enqueue cost per buffer argument, shaped like PoCL's
+// BM_KernelEnqueue (bench/pocl/bench_pocl_migration.cpp) so the two read
+// side by side: one sim device, N buffers already valid there (nothing
+// migrates), batches of 64 enqueues held back by a user event so that only
+// the enqueue calls are timed, not the kernels.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "memlayer/drivers/sim_device.hpp"
+#include "memlayer/runtime/context.hpp"
+#include "memlayer/runtime/queue.hpp"
+
+namespace {
+
+using namespace memlayer;
+using namespace memlayer::runtime;
+
+template <class T>
+T must(Result<T> r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, r.error().message.c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+void BM_RuntimeKernelEnqueue(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  drivers::SimOptions options;
+  options.memory_size = 64 << 20;
+  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
+  if (Status s = drivers::SimDevice::create(1, options, sims); !s.ok()) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  std::vector<std::unique_ptr<DeviceDriver>> devices;
+  devices.push_back(std::move(sims[0]));
+  auto ctx = must(Context::create(std::move(devices)), "create the context");
+  auto q = must(ctx->create_queue(0), "create a queue");
+  std::vector<KernelArg> args;
+  for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer")});
+  const KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
+  // Every buffer placed on the device first: then nothing migrates.
+  if (must(q->enqueue_kernel(kernel, args), "enqueue").wait() != cl::kComplete) {
+    state.SkipWithError("the first kernel failed");
+    return;
+  }
+  constexpr int kBatch = 64;
+  for (auto _ : state) {
+    Event gate = ctx->create_user_event();
+    const std::vector<Event> held{gate};
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      auto e = q->enqueue_kernel(kernel, args, i == 0 ? std::span<const Event>(held) : std::span<const Event>());
+      if (!e.ok()) {
+        state.SkipWithError(e.error().message.c_str());
+        break;
+      }
+    }
+    const auto stop = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+    (void)gate.set_user_status(cl::kComplete);
+    (void)q->finish();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
+
+}  // namespace
