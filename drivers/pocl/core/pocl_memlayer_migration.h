@@ -4,11 +4,12 @@
  * every command that uses buffers through pocl_ml_create_command() instead
  * of PoCL's own pocl_create_migration_commands(): each command states, per
  * buffer, the byte ranges it uses and how (memlayer/migration.h's ml_use),
- * memlayer's planner decides which stale bytes move where, and this file
- * turns the plan into PoCL migration commands over byte ranges (device to
- * host, host to device, device to device through the migrate_d2d driver
- * hook) on the context's hidden queues, linked by event dependencies.
- * doc/pocl-driver.md explains the wiring.
+ * and memlayer's one migration engine (engine/, doc/engine.md), with PoCL as
+ * its host, places storage, evicts, decides which stale bytes move where as
+ * PoCL migration commands over byte ranges (device to host, host to device,
+ * device to device through the migrate_d2d driver hook) on the context's
+ * hidden queues, and what the command waits for. doc/pocl-driver.md
+ * explains the wiring.
  *
  * Locations: location 0 is the buffer's host copy (mem_host_ptr), which
  * PoCL's CPU drivers (basic, pthread) use as their device memory; any other
@@ -19,7 +20,7 @@
  * default (CMake option MEMLAYER_MIGRATION_DEFAULT).
  *
  * Thread-safety: every function may be called from any thread. A buffer's
- * versions are changed under the buffer's lock (POCL_LOCK_OBJ).
+ * engine state is changed under the engine's lock for that buffer.
  */
 #ifndef POCL_MEMLAYER_MIGRATION_H
 #define POCL_MEMLAYER_MIGRATION_H
@@ -42,11 +43,14 @@ int pocl_ml_migration_enabled (void);
  * mig_flags: clEnqueueMigrateMemObjects' flags (HOST plans for the host
  * copy; CONTENT_UNDEFINED makes each use an overwrite).
  *
- * Device memory is allocated here; when it is full, buffers idle on the
- * device are evicted (their only copies written back to the host) and the
- * allocation retried; only then CL_MEM_OBJECT_ALLOCATION_FAILURE.
- * On any error nothing is recorded and no command exists.
- * Cost: O(uses + copies) plus the planner's per-buffer cost. */
+ * Device memory is allocated here; when it is full, other buffers are
+ * evicted (their only copies written back to the host), least recently used
+ * first; when the room is held by queued commands, the call waits for them
+ * (at most POCL_MEMLAYER_ROOM_WAIT_MS, default 60000) and tries again.
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE when the command's own buffers do not
+ * fit, or the wait ran out. On any error nothing is recorded, no command
+ * exists and *event_p is NULL.
+ * Cost: O(uses log uses + copies) plus the planner's per-buffer cost. */
 cl_int pocl_ml_create_command (_cl_command_node **cmd,
                                cl_command_queue command_queue,
                                cl_command_type command_type, cl_event *event_p,
@@ -55,15 +59,18 @@ cl_int pocl_ml_create_command (_cl_command_node **cmd,
                                const char *readonly_flags, const ml_use *uses,
                                cl_mem_migration_flags mig_flags);
 
-/* Allocates mem on dev, evicting idle buffers when the device is full.
- * Call without mem's lock. CL_SUCCESS or CL_MEM_OBJECT_ALLOCATION_FAILURE. */
+/* Allocates mem on dev now (a map's early allocation), evicting and
+ * waiting for room as pocl_ml_create_command() does. Call without mem's
+ * lock. CL_SUCCESS, CL_MEM_OBJECT_ALLOCATION_FAILURE or
+ * CL_OUT_OF_HOST_MEMORY. */
 cl_int pocl_ml_alloc (cl_device_id dev, cl_mem mem);
 
 /* Forgets a buffer (its versions, the event references they hold). Called
  * by clReleaseMemObject when the buffer is freed. */
 void pocl_ml_release_mem (cl_mem mem);
 
-/* Forgets a context's cost model. Called when the context is freed. */
+/* Forgets a context's engine and cost model. Called when the context is
+ * freed. */
 void pocl_ml_release_context (cl_context context);
 
 /* Counts one executed migration command of `bytes` (both engines). */
