@@ -283,8 +283,13 @@ TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
     ASSERT_EQ(clSetKernelArg(k.get(), i, sizeof m, &m), CL_SUCCESS);
   }
   const std::size_t global = 1024;
-  EXPECT_EQ(clEnqueueNDRangeKernel(queue_.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+  // The failed enqueue hands out no event: the command it had made is freed
+  // with its event, not left behind never to complete.
+  cl_event ev = nullptr;
+  EXPECT_EQ(clEnqueueNDRangeKernel(queue_.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, &ev),
             CL_MEM_OBJECT_ALLOCATION_FAILURE);
+  EXPECT_EQ(ev, nullptr);
+  EXPECT_EQ(clFinish(queue_.get()), CL_SUCCESS);
   // The inputs are intact, and a command that fits still runs.
   for (std::uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 7)) << i;
 }
