@@ -74,6 +74,10 @@ ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, c
   }
 }
 
+ContextState::~ContextState() {
+  for (auto& device : devices) device->stop();
+}
+
 Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait) {
   for (const Event& e : wait) {
     if (!e.valid()) return Status::error(cl::kInvalidEventWaitList, "the wait list holds an empty event");

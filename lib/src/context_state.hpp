@@ -52,6 +52,13 @@ struct QueueState {
 class ContextState : public std::enable_shared_from_this<ContextState> {
  public:
   ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options);
+  /// Stops every device's workers before any device goes: a worker
+  /// finishing one device's node may still be handing its dependents to
+  /// another device's queue (TSan caught one signalling a condition
+  /// variable that the other device's destructor was destroying).
+  ~ContextState();
+  ContextState(const ContextState&) = delete;
+  ContextState& operator=(const ContextState&) = delete;
 
   std::vector<std::unique_ptr<DeviceState>> devices;
   migration::LinkCostModel cost;

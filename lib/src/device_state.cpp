@@ -20,13 +20,18 @@ DeviceState::DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Locati
 }
 
 DeviceState::~DeviceState() {
+  stop();
+  memory.reset();  // before the driver goes: it takes the segments back
+}
+
+void DeviceState::stop() {
   {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
-  for (auto& t : workers_) t.join();
-  memory.reset();  // before the driver goes: it takes the segments back
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
 }
 
 void DeviceState::push(std::shared_ptr<CommandNode> node) {

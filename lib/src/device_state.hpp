@@ -24,7 +24,11 @@ class DeviceState {
  public:
   DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Location location,
               const bufalloc::HeapOptions& heap_options);
-  ~DeviceState();  // drains nothing: the context waits for its work first
+  ~DeviceState();  // stop()s, then drops the memory and the driver
+  /// Stops the workers and joins them: each first runs what its queue still
+  /// holds. A node pushed afterwards stays queued and never runs (only the
+  /// context's teardown pushes then). Idempotent; not from a worker.
+  void stop();
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 
