@@ -4,11 +4,12 @@
 // command alone does not fit or the room is held by gated work; local
 // memory exceeded). ctest runs it with POCL_DEVICES=memlayer and
 // POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2,
-// and QueuedWorkLargerThanTheDeviceRuns alone with global_mem=8M.
+// and the QueuedWork* tests alone with global_mem=8M.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <initializer_list>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -59,6 +60,10 @@ class PoclDevice : public ::testing::Test {
       if (v[i] != seed + i) return false;
     return true;
   }
+
+  // QueuedWorkLargerThanTheDeviceRuns' body (below), shared with the
+  // malformed-limit case.
+  void queue_work_larger_than_the_device();
 
   cl_device_id device_ = nullptr;
   Context ctx_;
@@ -185,7 +190,7 @@ TEST_F(PoclDevice, EvictionWhileOtherThreadsEnqueue) {
 // busy buffers and waits for their commands to let go; none may fail.
 // Each command waits for the last command on each of its buffers, so the
 // result is that of running them in enqueue order.
-TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) {
+void PoclDevice::queue_work_larger_than_the_device() {
   const std::size_t block = info<cl_ulong>(CL_DEVICE_GLOBAL_MEM_SIZE) / 8;
   const std::size_t n = block / 4;
   constexpr int kBuffers = 21, kRounds = 3;
@@ -260,6 +265,22 @@ TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) {
               CL_SUCCESS);
     EXPECT_TRUE(got == model[b]) << "buffer " << b << " differs from running the commands in enqueue order";
   }
+}
+
+TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) { queue_work_larger_than_the_device(); }
+
+// A malformed POCL_MEMLAYER_ROOM_WAIT_MS is named on stderr when an enqueue
+// first has to wait for room, and the default limit applies: the same work
+// still runs.
+TEST_F(PoclDevice, QueuedWorkWithAMalformedRoomWaitNamesItAndRuns) {
+  ASSERT_EQ(setenv("POCL_MEMLAYER_ROOM_WAIT_MS", "soon", 1), 0);
+  ::testing::internal::CaptureStderr();
+  queue_work_larger_than_the_device();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("POCL_MEMLAYER_ROOM_WAIT_MS");
+  EXPECT_NE(err.find("POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not 'soon'; using 60000"),
+            std::string::npos)
+      << err;
 }
 
 TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
