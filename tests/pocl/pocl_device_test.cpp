@@ -8,8 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <initializer_list>
+#include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -269,18 +270,40 @@ void PoclDevice::queue_work_larger_than_the_device() {
 
 TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) { queue_work_larger_than_the_device(); }
 
-// A malformed POCL_MEMLAYER_ROOM_WAIT_MS is named on stderr when an enqueue
-// first has to wait for room, and the default limit applies: the same work
-// still runs.
-TEST_F(PoclDevice, QueuedWorkWithAMalformedRoomWaitNamesItAndRuns) {
+// An enqueue whose room is held by work gated on a user event waits for it,
+// and runs once another thread opens the gate. A malformed
+// POCL_MEMLAYER_ROOM_WAIT_MS is named on stderr at that wait, and the
+// default limit applies.
+TEST_F(PoclDevice, QueuedWorkGatedElsewhereIsWaitedForAndAMalformedLimitIsNamed) {
+  const std::size_t block = info<cl_ulong>(CL_DEVICE_GLOBAL_MEM_SIZE) / 4;  // four fill the device
+  std::vector<Mem> bufs;
+  for (int i = 0; i < 5; ++i) bufs.push_back(buffer(block));
+  cl_int err = CL_SUCCESS;
+  Event gate(clCreateUserEvent(ctx_.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<std::vector<std::uint32_t>> data(4, std::vector<std::uint32_t>(block / 4));
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    std::iota(data[i].begin(), data[i].end(), i * 1000);
+    cl_event g = gate.get();
+    ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), bufs[i].get(), CL_FALSE, 0, block, data[i].data(), 1, &g, nullptr),
+              CL_SUCCESS);
+  }
   ASSERT_EQ(setenv("POCL_MEMLAYER_ROOM_WAIT_MS", "soon", 1), 0);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    clSetUserEventStatus(gate.get(), CL_COMPLETE);
+  });
   ::testing::internal::CaptureStderr();
-  queue_work_larger_than_the_device();
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const cl_int written = write_pattern(bufs[4].get(), block, 4000);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  opener.join();
   unsetenv("POCL_MEMLAYER_ROOM_WAIT_MS");
-  EXPECT_NE(err.find("POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not 'soon'; using 60000"),
+  EXPECT_EQ(written, CL_SUCCESS);
+  EXPECT_NE(said.find("POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not 'soon'; using 60000"),
             std::string::npos)
-      << err;
+      << said;
+  ASSERT_EQ(clFinish(queue_.get()), CL_SUCCESS);
+  for (std::uint32_t i = 0; i < 5; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), block, i * 1000)) << i;
 }
 
 TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
