@@ -67,13 +67,13 @@ std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
   start_copies();  // only the write-backs of evictions made on the way
   out_.clear();
   if (e.code == EnqueueError::Code::device_busy) out_.waits_.swap(s_.room_after);  // their references move
-  drop_room_after();
+  release_all(s_.room_after);
   return e;
 }
 
-void Transaction::drop_room_after() noexcept {
-  for (Event e : s_.room_after) host_.release(e);
-  s_.room_after.clear();
+void Transaction::release_all(std::vector<Event>& events) noexcept {
+  for (Event e : events) host_.release(e);
+  events.clear();
 }
 
 // ---- buffers and locks ----------------------------------------------------
@@ -128,23 +128,26 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   if (st.allocated) return std::nullopt;
   for (;;) {
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
-    drop_room_after();  // an earlier attempt's
-    s_.room_after.swap(a.room_after);
     if (a.outcome == Allocation::Outcome::ok) {
-      drop_room_after();
+      release_all(a.room_after);  // none: they come with `full`
       st.allocated = true;
       st.handle = a.handle;
       st.fences = std::move(a.fences);  // the host handed us their references
       if (!for_eviction) s_.placed.push_back({&b, loc});
       return std::nullopt;
     }
-    if (a.outcome == Allocation::Outcome::full && loc != kHost && !for_eviction && evict_one(loc)) continue;
-    if (a.outcome == Allocation::Outcome::full && !s_.room_after.empty() && loc != kHost) {
+    const bool full = a.outcome == Allocation::Outcome::full && loc != kHost;
+    if (full && !for_eviction && evict_one(loc)) {
+      release_all(a.room_after);
+      continue;
+    }
+    if (full && !a.room_after.empty()) {
+      s_.room_after = std::move(a.room_after);  // for Submission::waits (fail())
       return error(EnqueueError::Code::device_busy,
                    where(loc) + ": no room for a " + std::to_string(b.size()) +
                        "-byte buffer until queued commands finish with the storage evicted for it");
     }
-    drop_room_after();
+    release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
       return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
                    where(loc) + ": cannot place a " + std::to_string(b.size()) +

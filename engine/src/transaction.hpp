@@ -41,7 +41,7 @@ struct EnqueueScratch {
   std::vector<Event> deps;
   std::vector<Placed> placed;
   std::vector<Event> after;       // scratch for Host::free
-  std::vector<Event> room_after;  // the last `full` allocation's, retained
+  std::vector<Event> room_after;  // a device_busy failure's events, retained
 };
 
 class Transaction {
@@ -71,7 +71,7 @@ class Transaction {
 
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
   void add_wait(Event e);                   // to out.waits, retained, once
-  void drop_room_after() noexcept;
+  void release_all(std::vector<Event>& events) noexcept;  // and clears them
   std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
 

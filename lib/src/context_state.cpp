@@ -16,9 +16,9 @@ void append(std::vector<EventPtr>& to, const std::vector<EventPtr>& from) { to.i
 
 Status to_status(const engine::EnqueueError& e) {
   switch (e.code) {
-    case engine::EnqueueError::Code::device_full: return Status::error(cl::kMemObjectAllocationFailure, e.message);
-    // Never reported here: EngineHost::free fences reused storage instead
-    // of keeping it (no Allocation::room_after).
+    // device_busy is never reported here: EngineHost::free fences reused
+    // storage instead of keeping it (no Allocation::room_after).
+    case engine::EnqueueError::Code::device_full:
     case engine::EnqueueError::Code::device_busy: return Status::error(cl::kMemObjectAllocationFailure, e.message);
     case engine::EnqueueError::Code::host_out_of_memory: return Status::error(cl::kOutOfHostMemory, e.message);
     case engine::EnqueueError::Code::host_failed: break;

@@ -62,9 +62,31 @@ class PoclDevice : public ::testing::Test {
     return true;
   }
 
-  // QueuedWorkLargerThanTheDeviceRuns' body (below), shared with the
-  // malformed-limit case.
+  // QueuedWorkLargerThanTheDeviceRuns' body (below).
   void queue_work_larger_than_the_device();
+
+  // Five buffers of `block` bytes; the first four are written (seed i *
+  // 1000) by writes that wait on `gate`: their storage is in use, not idle,
+  // until the test opens it.
+  struct GatedFill {
+    Event gate;
+    std::vector<Mem> bufs;
+    std::vector<std::vector<std::uint32_t>> data;
+  };
+  void fill_behind_a_gate(std::size_t block, GatedFill& out) {
+    for (int i = 0; i < 5; ++i) out.bufs.push_back(buffer(block));
+    cl_int err = CL_SUCCESS;
+    out.gate = Event(clCreateUserEvent(ctx_.get(), &err));
+    ASSERT_EQ(err, CL_SUCCESS);
+    out.data.assign(4, std::vector<std::uint32_t>(block / 4));
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      std::iota(out.data[i].begin(), out.data[i].end(), i * 1000);
+      cl_event g = out.gate.get();
+      ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), out.bufs[i].get(), CL_FALSE, 0, block, out.data[i].data(), 1, &g,
+                                     nullptr),
+                CL_SUCCESS);
+    }
+  }
 
   cl_device_id device_ = nullptr;
   Context ctx_;
@@ -129,19 +151,10 @@ TEST_F(PoclDevice, EvictionTakesTheLeastRecentlyUsedBuffer) {
 // is lost.
 TEST_F(PoclDevice, WorkGatedByAUserEventFailsTheEnqueueAfterTheWaitLimitAndRecovers) {
   constexpr std::size_t kBlock = 16 << 20;
-  std::vector<Mem> bufs;
-  for (int i = 0; i < 5; ++i) bufs.push_back(buffer(kBlock));
-  // Four writes wait on a user event: their buffers are in use, not idle.
-  cl_int err = CL_SUCCESS;
-  Event gate(clCreateUserEvent(ctx_.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  std::vector<std::vector<std::uint32_t>> data(4, std::vector<std::uint32_t>(kBlock / 4));
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    std::iota(data[i].begin(), data[i].end(), i * 1000);
-    cl_event g = gate.get();
-    ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), bufs[i].get(), CL_FALSE, 0, kBlock, data[i].data(), 1, &g, nullptr),
-              CL_SUCCESS);
-  }
+  GatedFill fill;
+  ASSERT_NO_FATAL_FAILURE(fill_behind_a_gate(kBlock, fill));
+  const Event& gate = fill.gate;
+  const std::vector<Mem>& bufs = fill.bufs;
   // No room until the gate opens: the fifth fails at enqueue, and again.
   EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
   EXPECT_EQ(write_pattern(bufs[4].get(), kBlock, 4000), CL_MEM_OBJECT_ALLOCATION_FAILURE);
@@ -276,18 +289,10 @@ TEST_F(PoclDevice, QueuedWorkLargerThanTheDeviceRuns) { queue_work_larger_than_t
 // default limit applies.
 TEST_F(PoclDevice, QueuedWorkGatedElsewhereIsWaitedForAndAMalformedLimitIsNamed) {
   const std::size_t block = info<cl_ulong>(CL_DEVICE_GLOBAL_MEM_SIZE) / 4;  // four fill the device
-  std::vector<Mem> bufs;
-  for (int i = 0; i < 5; ++i) bufs.push_back(buffer(block));
-  cl_int err = CL_SUCCESS;
-  Event gate(clCreateUserEvent(ctx_.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  std::vector<std::vector<std::uint32_t>> data(4, std::vector<std::uint32_t>(block / 4));
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    std::iota(data[i].begin(), data[i].end(), i * 1000);
-    cl_event g = gate.get();
-    ASSERT_EQ(clEnqueueWriteBuffer(queue_.get(), bufs[i].get(), CL_FALSE, 0, block, data[i].data(), 1, &g, nullptr),
-              CL_SUCCESS);
-  }
+  GatedFill fill;
+  ASSERT_NO_FATAL_FAILURE(fill_behind_a_gate(block, fill));
+  const Event& gate = fill.gate;
+  const std::vector<Mem>& bufs = fill.bufs;
   ASSERT_EQ(setenv("POCL_MEMLAYER_ROOM_WAIT_MS", "soon", 1), 0);
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
