@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "memlayer/engine/engine.hpp"
+#include "ref_batch.hpp"
 
 namespace memlayer::engine {
 
@@ -11,8 +12,20 @@ migration::LocationSet initial_holders(bool host_content) {
 }
 }  // namespace
 
+// The planner's references go through hold()/drop(): batched while an
+// enqueue holds the buffer.
+migration::EventOps Buffer::ops_of(Buffer* b) {
+  migration::EventOps ops;
+  ops.context = b;
+  ops.retain = [](void* c, Event e) { static_cast<Buffer*>(c)->hold(e); };
+  ops.release = [](void* c, Event e) { static_cast<Buffer*>(c)->drop(e); };
+  ops.finished = [](void* c, Event e) -> int { return static_cast<Buffer*>(c)->host_finished(e) ? 1 : 0; };
+  return ops;
+}
+
 Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
-    : engine_(engine), cookie_(cookie), size_(size), versions_(size, initial_holders(host_content), engine.event_ops()) {
+    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(this)),
+      versions_(size, initial_holders(host_content), ops_) {
   std::lock_guard lock(engine_.registry_mutex_);
   engine_.registry_.push_front(this);
   registered_ = engine_.registry_.begin();
@@ -48,24 +61,34 @@ Buffer::Storage& Buffer::storage(Location at) {
 void Buffer::add_user(Storage& s, Event e) {
   if (!s.users.empty() && s.users.back() == e) return;
   if (s.users.size() >= s.prune_at) {
-    Host& host = engine_.host();
     std::erase_if(s.users, [&](Event u) {
-      if (!host.finished(u)) return false;
-      host.release(u);
+      if (!host_finished(u)) return false;
+      drop(u);
       return true;
     });
     s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
   }
-  engine_.host().retain(e);
+  hold(e);
   s.users.push_back(e);
 }
 
 void Buffer::drop_storage_events(Storage& s) {
-  Host& host = engine_.host();
-  for (Event e : s.users) host.release(e);
-  for (Event e : s.fences) host.release(e);
+  for (Event e : s.users) drop(e);
+  for (Event e : s.fences) drop(e);
   s = Storage{};
 }
+
+void Buffer::hold(Event e) {
+  if (batch_ != nullptr) batch_->count(e, +1);
+  else engine_.host().retain(e, 1);
+}
+
+void Buffer::drop(Event e) {
+  if (batch_ != nullptr) batch_->count(e, -1);
+  else engine_.host().release(e, 1);
+}
+
+bool Buffer::host_finished(Event e) const { return engine_.host().finished(e); }
 
 bool Buffer::has_storage(Location at) const {
   std::lock_guard lock(mutex_);

@@ -4,12 +4,7 @@
 
 namespace memlayer::engine {
 
-Engine::Engine(Host& host) : host_(host) {
-  event_ops_.context = &host_;
-  event_ops_.retain = [](void* h, Event e) { static_cast<Host*>(h)->retain(e); };
-  event_ops_.release = [](void* h, Event e) { static_cast<Host*>(h)->release(e); };
-  event_ops_.finished = [](void* h, Event e) -> int { return static_cast<const Host*>(h)->finished(e) ? 1 : 0; };
-}
+Engine::Engine(Host& host) : host_(host) {}
 
 Engine::~Engine() = default;
 
@@ -44,7 +39,7 @@ Submission::~Submission() { clear(); }
 
 void Submission::clear() noexcept {
   if (host_ != nullptr)
-    for (Event e : waits_) host_->release(e);
+    for (Event e : waits_) host_->release(e, 1);
   waits_.clear();
   storage_.clear();
 }

@@ -1,5 +1,7 @@
 #include "transaction.hpp"
 
+#include "ref_batch.hpp"
+
 #include <algorithm>
 #include <new>
 #include <stdexcept>
@@ -72,8 +74,18 @@ std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
 }
 
 void Transaction::release_all(std::vector<Event>& events) noexcept {
-  for (Event e : events) host_.release(e);
+  for (Event e : events) drop(e);
   events.clear();
+}
+
+void Transaction::hold(Event e) noexcept {
+  if (s_.refs.active()) s_.refs.count(e, +1);
+  else host_.retain(e, 1);
+}
+
+void Transaction::drop(Event e) noexcept {
+  if (s_.refs.active()) s_.refs.count(e, -1);
+  else host_.release(e, 1);
 }
 
 // ---- buffers and locks ----------------------------------------------------
@@ -87,9 +99,10 @@ void Transaction::group_uses() {
   s_.placed.clear();
   s_.copy_events.clear();
   for (std::size_t i = 0; i < uses_.size(); ++i) s_.order.emplace_back(uses_[i].buffer, i);
-  // A handful of uses, often in order already: insertion sort; many: sort.
+  // A handful of uses: insertion sort; many: sort, unless the host gave
+  // them in buffer order already (engine.hpp: enqueue).
   if (s_.order.size() > 8) {
-    std::sort(s_.order.begin(), s_.order.end());
+    if (!std::is_sorted(s_.order.begin(), s_.order.end())) std::sort(s_.order.begin(), s_.order.end());
   } else {
     for (std::size_t i = 1; i < s_.order.size(); ++i)
       for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
@@ -103,15 +116,21 @@ void Transaction::group_uses() {
 
 // Address order: two commands on the same buffers never wait for each other.
 void Transaction::lock_all() {
-  for (const EnqueueScratch::Group& g : s_.groups) g.buffer->mutex_.lock();
+  s_.refs.begin(host_);
+  for (const EnqueueScratch::Group& g : s_.groups) {
+    g.buffer->mutex_.lock();
+    g.buffer->batch_ = &s_.refs;
+  }
   locked_ = true;
-  host_.begin_batch();
 }
 
 void Transaction::unlock_all() {
   if (!locked_) return;
-  host_.end_batch();  // while the buffers still hold what the batch retained
-  for (auto it = s_.groups.rbegin(); it != s_.groups.rend(); ++it) it->buffer->mutex_.unlock();
+  s_.refs.flush();  // while the buffers still hold what the batch retained
+  for (auto it = s_.groups.rbegin(); it != s_.groups.rend(); ++it) {
+    it->buffer->batch_ = nullptr;
+    it->buffer->mutex_.unlock();
+  }
   locked_ = false;
 }
 
@@ -204,13 +223,17 @@ bool Transaction::evict_one(Location loc) {
   std::unique_lock lock(victim->mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
+  victim->batch_ = &s_.refs;
   struct Rebatch {
+    Buffer& victim;
+    RefBatch& refs;
     Host& host;
     ~Rebatch() {
-      host.end_batch();
-      host.begin_batch();
+      victim.batch_ = nullptr;
+      refs.flush();
+      refs.begin(host);
     }
-  } rebatch{host_};
+  } rebatch{*victim, s_.refs, host_};
   migration::Plan& plan = s_.evict_plan;
   victim->versions_.plan_evict(loc, host_.cost_model(), plan);
   if (!plan.copies.empty() && place(*victim, kHost, true)) return false;
@@ -301,7 +324,7 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
                   c.offset, c.size, std::span(s_.deps).subspan(first_dep, dep_count)};
   CopyHandle h = host_.create_copy(req);
   if (h.completed || h.event == nullptr) {
-    for (std::size_t i = first_dep; i < s_.deps.size(); ++i) host_.release(s_.deps[i]);
+    for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);
     s_.deps.resize(first_dep);
     if (!h.completed) return false;
     s_.copy_events.push_back(nullptr);  // nothing to wait for
@@ -330,7 +353,7 @@ void Transaction::commit_all() {
     Storage& st = b.storage(at_);
     std::erase_if(st.fences, [&](Event f) {
       if (!host_.finished(f)) return false;
-      host_.release(f);
+      drop(f);
       return true;
     });
     for (Event f : st.fences) add_wait(f);
@@ -359,7 +382,7 @@ void Transaction::start_copies() {
     const auto deps = std::span(s_.deps).subspan(p.first_dep, p.dep_count);
     if (p.start) host_.submit_copy(std::move(p.copy), deps);
     else host_.discard_copy(std::move(p.copy));
-    for (Event e : deps) host_.release(e);
+    for (Event e : deps) drop(e);
   }
   s_.pending.clear();
   s_.deps.clear();
@@ -371,14 +394,14 @@ void Transaction::start_copies() {
 void Transaction::add_dep(Event e, std::size_t from) {
   if (e == nullptr) return;
   if (std::find(s_.deps.begin() + static_cast<std::ptrdiff_t>(from), s_.deps.end(), e) != s_.deps.end()) return;
-  host_.retain(e);
+  hold(e);
   s_.deps.push_back(e);
 }
 
 void Transaction::add_wait(Event e) {
   if (e == nullptr || e == command_) return;
   if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
-  host_.retain(e);
+  hold(e);
   out_.waits_.push_back(e);
 }
 

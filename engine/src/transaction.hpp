@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memlayer/engine/engine.hpp"
+#include "ref_batch.hpp"
 
 namespace memlayer::engine {
 
@@ -42,6 +43,7 @@ struct EnqueueScratch {
   std::vector<Placed> placed;
   std::vector<Event> after;       // scratch for Host::free
   std::vector<Event> room_after;  // a device_busy failure's events, retained
+  RefBatch refs;                  // active while buffers are locked
 };
 
 class Transaction {
@@ -72,6 +74,9 @@ class Transaction {
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
   void add_wait(Event e);                   // to out.waits, retained, once
   void release_all(std::vector<Event>& events) noexcept;  // and clears them
+  // One reference more or less: batched while buffers are locked.
+  void hold(Event e) noexcept;
+  void drop(Event e) noexcept;
   std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
 

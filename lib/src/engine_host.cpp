@@ -39,8 +39,8 @@ std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& 
 
 }  // namespace
 
-void EngineHost::retain(engine::Event e) noexcept { state(e)->planner_retain(); }
-void EngineHost::release(engine::Event e) noexcept { state(e)->planner_release(); }
+void EngineHost::retain(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_retain(count); }
+void EngineHost::release(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_release(count); }
 bool EngineHost::finished(engine::Event e) const noexcept { return state(e)->status() <= cl::kComplete; }
 
 engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::uint64_t size) {
@@ -76,7 +76,7 @@ engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::
   a.handle = r.value();
   // Placed over storage an eviction freed, maybe still being read out?
   for (const auto& fence : dev.memory->fences_over(r.value(), size)) {
-    fence->planner_retain();  // the reference the engine takes over
+    fence->planner_retain(1);  // the reference the engine takes over
     a.fences.push_back(fence.get());
   }
   return a;

@@ -15,8 +15,8 @@ class EngineHost final : public engine::Host {
  public:
   explicit EngineHost(ContextState& context) : context_(context) {}
 
-  void retain(engine::Event e) noexcept override;
-  void release(engine::Event e) noexcept override;
+  void retain(engine::Event e, std::uint32_t count) noexcept override;
+  void release(engine::Event e, std::uint32_t count) noexcept override;
   [[nodiscard]] bool finished(engine::Event e) const noexcept override;
 
   engine::Allocation allocate(engine::Location at, void* cookie, std::uint64_t size) override;

@@ -70,15 +70,17 @@ bool EventState::finish(int status, std::string message, std::vector<std::shared
   return true;
 }
 
-void EventState::planner_retain() {
+void EventState::planner_retain(std::uint32_t count) {
   std::lock_guard lock(mutex_);
-  if (planner_refs_++ == 0) anchor_ = shared_from_this();
+  if (planner_refs_ == 0) anchor_ = shared_from_this();
+  planner_refs_ += static_cast<int>(count);
 }
 
-void EventState::planner_release() {
+void EventState::planner_release(std::uint32_t count) {
   std::shared_ptr<EventState> last;  // destroyed after the lock is released
   std::lock_guard lock(mutex_);
-  if (--planner_refs_ == 0) last = std::move(anchor_);
+  planner_refs_ -= static_cast<int>(count);
+  if (planner_refs_ == 0) last = std::move(anchor_);
 }
 
 }  // namespace memlayer::runtime::detail

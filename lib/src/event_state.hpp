@@ -41,8 +41,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
 
   // The migration planner's references (EventOps): while it holds any, the
   // event keeps itself alive through `anchor_`.
-  void planner_retain();
-  void planner_release();
+  void planner_retain(std::uint32_t count);
+  void planner_release(std::uint32_t count);
 
  private:
   mutable std::mutex mutex_;

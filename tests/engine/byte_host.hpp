@@ -54,11 +54,11 @@ class ByteHost final : public Host {
   }
 
   // ---- Host ----
-  void retain(Event e) noexcept override { ++task(e).refs; }
-  void release(Event e) noexcept override {
+  void retain(Event e, std::uint32_t count) noexcept override { task(e).refs += static_cast<int>(count); }
+  void release(Event e, std::uint32_t count) noexcept override {
     Task& t = task(e);
-    EXPECT_GT(t.refs, 0) << "task " << t.id << " released more often than retained";
-    --t.refs;
+    EXPECT_GE(t.refs, static_cast<int>(count)) << "task " << t.id << " released more often than retained";
+    t.refs -= static_cast<int>(count);
   }
   bool finished(Event e) const noexcept override { return static_cast<const Task*>(e)->done; }
 

@@ -112,78 +112,31 @@ struct DeferredFree {
   std::vector<cl_event> after;  // retained
 };
 
-// The references the engine takes and drops while it holds buffer locks
-// (Host::begin_batch .. end_batch), as a net count per event: a kernel with
-// 64 buffer arguments retains its own event and its predecessors' hundreds
-// of times, and each clRetainEvent/clReleaseEvent takes the event's lock.
-struct RefLog {
-  static constexpr std::size_t kSlots = 512;  // a power of two
-  static constexpr std::size_t kMaxEvents = kSlots / 2;
-  bool active = false;
-  std::vector<std::pair<cl_event, int>> counts;  // PoCL counts in int
-  // counts' index + 1 by event, open addressing; 0: empty. Pruning a
-  // buffer's finished users releases dozens of distinct events at once.
-  std::array<std::uint16_t, kSlots> slots{};
-  std::uint16_t& slot(cl_event e) {
-    std::size_t h = (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> 55;
-    for (;; h = (h + 1) & (kSlots - 1)) {
-      std::uint16_t& s = slots[h];
-      if (s == 0 || counts[s - 1].first == e) return s;
-    }
-  }
-};
-thread_local RefLog t_ref_log;
-
-// Out of line: see scratch() below.
-[[gnu::noinline]] RefLog& ref_log() { return t_ref_log; }
-
-void apply_ref(cl_event e, int delta) {
-  if (delta > 0) {
-    POCL_LOCK_OBJ(e);
-    e->pocl_refcount += delta;
-    POCL_UNLOCK_OBJ(e);
-  } else if (delta < 0) {
-    // Held -delta times: all but one drop leave it alive.
-    if (delta < -1) {
-      POCL_LOCK_OBJ(e);
-      e->pocl_refcount -= -delta - 1;
-      POCL_UNLOCK_OBJ(e);
-    }
-    POname(clReleaseEvent)(e);
-  }
+// PoCL counts references in int, under the event's lock; the engine hands
+// over its references per event and enqueue, with a count.
+void retain_event(cl_event e, std::uint32_t count) {
+  POCL_LOCK_OBJ(e);
+  e->pocl_refcount += static_cast<int>(count);
+  POCL_UNLOCK_OBJ(e);
 }
 
-void count_ref(cl_event e, int delta) noexcept {
-  RefLog& log = ref_log();
-  if (!log.active) return apply_ref(e, delta);
-  // Most often the event counted last (the command's own, a predecessor).
-  if (!log.counts.empty() && log.counts.back().first == e) {
-    log.counts.back().second += delta;
-    return;
+void release_event(cl_event e, std::uint32_t count) {
+  // Held `count` times: all but the last drop leave it alive.
+  if (count > 1) {
+    POCL_LOCK_OBJ(e);
+    e->pocl_refcount -= static_cast<int>(count - 1);
+    POCL_UNLOCK_OBJ(e);
   }
-  if (log.counts.size() >= RefLog::kMaxEvents) return apply_ref(e, delta);  // applying at once is always correct
-  std::uint16_t& s = log.slot(e);
-  if (s != 0) {
-    log.counts[s - 1].second += delta;
-    return;
-  }
-  try {
-    log.counts.emplace_back(e, delta);
-  } catch (const std::bad_alloc&) {
-    return apply_ref(e, delta);
-  }
-  s = static_cast<std::uint16_t>(log.counts.size());
+  POname(clReleaseEvent)(e);
 }
 
 class PoclHost final : public memlayer::engine::Host {
  public:
   explicit PoclHost(ContextState& cs) : cs_(cs) {}
 
-  void retain(Event e) noexcept override { count_ref(event_of(e), +1); }
-  void release(Event e) noexcept override { count_ref(event_of(e), -1); }
+  void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
+  void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
   bool finished(Event e) const noexcept override { return ::finished(event_of(e)); }
-  void begin_batch() noexcept override { ref_log().active = true; }
-  void end_batch() noexcept override;
 
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override;
   void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
@@ -298,14 +251,6 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
     room_after(dev, a.room_after);
   }
   return a;
-}
-
-void PoclHost::end_batch() noexcept {
-  RefLog& log = ref_log();
-  log.active = false;
-  for (const auto& [e, delta] : log.counts) apply_ref(e, delta);
-  if (!log.counts.empty()) log.slots.fill(0);
-  log.counts.clear();
 }
 
 // What must finish before the storage kept for `dev`'s deferred frees can
@@ -686,15 +631,19 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   }
   // Each buffer once. A few (copies, maps: PoCL reads mem_objs[0] of an
   // unmap) keep their order; many (kernel arguments) are sorted, as a
-  // search per argument would be quadratic.
+  // search per argument would be quadratic: the uses by buffer, which the
+  // engine then need not sort again, and the buffers in that order.
   if (sc.mems.size() <= 8) {
     auto end = sc.mems.begin();
     for (cl_mem m : sc.mems)
       if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
     sc.mems.erase(end, sc.mems.end());
   } else {
-    std::sort(sc.mems.begin(), sc.mems.end());
-    sc.mems.erase(std::unique(sc.mems.begin(), sc.mems.end()), sc.mems.end());
+    std::sort(sc.uses.begin(), sc.uses.end(),
+              [](const memlayer::engine::BufferUse& x, const memlayer::engine::BufferUse& y) { return x.buffer < y.buffer; });
+    sc.mems.clear();
+    for (std::size_t i = 0; i < sc.uses.size(); ++i)
+      if (i == 0 || sc.uses[i].buffer != sc.uses[i - 1].buffer) sc.mems.push_back(buffer_of(sc.uses[i].buffer->cookie()).mem);
   }
 
   // The command first (the engine records its event), without the user's

@@ -48,6 +48,7 @@
 namespace memlayer::engine {
 
 class Engine;
+class RefBatch;
 struct EnqueueScratch;
 
 /// One buffer as the engine tracks it: its content versions by byte range
@@ -93,11 +94,19 @@ class Buffer {
   Storage& storage(Location at);
   void add_user(Storage& s, Event e);
   void drop_storage_events(Storage& s);
+  // One reference more or less to `e`: to the batch of the enqueue that
+  // holds this buffer's lock, if any; else to the host at once.
+  void hold(Event e);
+  void drop(Event e);
+  [[nodiscard]] bool host_finished(Event e) const;
+  static migration::EventOps ops_of(Buffer* b);
 
   Engine& engine_;
   void* cookie_;
   std::uint64_t size_;
+  migration::EventOps ops_;   // the planner's view of events: hold() and drop()
   mutable std::mutex mutex_;  // guards everything below
+  RefBatch* batch_ = nullptr;  // set by the enqueue that holds mutex_
   migration::RangeVersions versions_;
   std::vector<Storage> storage_;  // by location, grown on demand
   std::list<Buffer*>::iterator registered_;
@@ -186,7 +195,8 @@ class Engine {
   /// Preconditions: each use lies within its buffer and has a size > 0;
   /// at < migration::kMaxLocations; the buffers belong to this engine.
   /// Errors: EnqueueError (see there), with nothing of this enqueue left.
-  /// Complexity: O(U log U) for U uses, plus the planner's cost per buffer
+  /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
+  /// buffer address: a host that sorts them anyway saves the engine's sort), plus the planner's cost per buffer
   /// (O(log spans + spans touched × locations)), plus one pass over the
   /// engine's buffers per eviction.
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
@@ -202,14 +212,12 @@ class Engine {
 
   [[nodiscard]] EngineStats stats() const noexcept;
   [[nodiscard]] Host& host() const noexcept { return host_; }
-  [[nodiscard]] const migration::EventOps& event_ops() const noexcept { return event_ops_; }
 
  private:
   friend class Buffer;
   friend class Transaction;
 
   Host& host_;
-  migration::EventOps event_ops_;  // the planner's view of host_'s events
   std::mutex registry_mutex_;
   std::list<Buffer*> registry_;  // every live buffer, for eviction
   std::atomic<std::uint64_t> stamp_{0};

@@ -96,23 +96,18 @@ class Host {
   virtual ~Host() = default;
 
   // ---- events -------------------------------------------------------------
-  /// Take / drop one reference to `e` (never nullptr). O(1). May be called
-  /// under engine locks: must not run user callbacks (dropping the last
-  /// reference frees the event and nothing else).
-  virtual void retain(Event e) noexcept = 0;
-  virtual void release(Event e) noexcept = 0;
+  /// Take / drop `count` (>= 1) references to `e` (never nullptr). The
+  /// engine sums the references it takes and drops while it holds buffer
+  /// locks and calls these once per event and enqueue with the net count,
+  /// so their cost (a lock each, say) is paid per distinct event, not per
+  /// buffer argument. O(1). May be called under engine locks: must not run
+  /// user callbacks (dropping the last reference frees the event and
+  /// nothing else).
+  virtual void retain(Event e, std::uint32_t count) noexcept = 0;
+  virtual void release(Event e, std::uint32_t count) noexcept = 0;
   /// True once `e` has completed or failed. O(1), lock-free preferred: the
   /// engine asks it to prune finished events from its lists.
   [[nodiscard]] virtual bool finished(Event e) const noexcept = 0;
-  /// Bracket the references the engine takes and drops on one thread while
-  /// it holds buffer locks (a command's, or an eviction victim's). A host
-  /// whose retain()/release() are costly (a lock each) may log them after
-  /// begin_batch() and apply the net count per event in end_batch(): every
-  /// event retained meanwhile is kept alive until then by a reference the
-  /// locked buffers hold, and a deferred release only keeps an event alive
-  /// longer. Never nested. Default: nothing to do.
-  virtual void begin_batch() noexcept {}
-  virtual void end_batch() noexcept {}
 
   // ---- storage ------------------------------------------------------------
   /// Storage for all `size` bytes of buffer `cookie` at `at` (a device
