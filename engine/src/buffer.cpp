@@ -50,26 +50,25 @@ Buffer::~Buffer() {
   }
 }
 
-Buffer::Storage& Buffer::storage(Location at) {
-  if (storage_.size() <= at) storage_.resize(at + 1);
-  return storage_[at];
-}
+void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }
 
 // Finished users are pruned when the list reaches prune_at, which then
 // doubles past what is left: a list of unfinished users (a batch of queued
 // commands) costs O(1) amortised per add, not a scan each time.
 void Buffer::add_user(Storage& s, Event e) {
   if (!s.users.empty() && s.users.back() == e) return;
-  if (s.users.size() >= s.prune_at) {
-    std::erase_if(s.users, [&](Event u) {
-      if (!host_finished(u)) return false;
-      drop(u);
-      return true;
-    });
-    s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
-  }
+  if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
   hold(e);
   s.users.push_back(e);
+}
+
+void Buffer::prune_users(Storage& s) {
+  std::erase_if(s.users, [&](Event u) {
+    if (!host_finished(u)) return false;
+    drop(u);
+    return true;
+  });
+  s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
 }
 
 void Buffer::drop_storage_events(Storage& s) {

@@ -77,6 +77,12 @@ RangeVersions::~RangeVersions() {
   for (const auto& [offset, span] : spans_) drop_span(span);
 }
 
+// One use of the whole buffer while it is one span: the common case, which
+// plan() and commit() take without cutting pieces or searching the tree.
+bool RangeVersions::whole_span(std::span<const Use> uses) const {
+  return uses.size() == 1 && spans_.size() == 1 && uses[0].offset == 0 && uses[0].size == size_;
+}
+
 // One span (the whole buffer, the common case) needs no tree search.
 RangeVersions::SpanMap::iterator RangeVersions::span_containing(std::uint64_t offset) {
   return spans_.size() == 1 ? spans_.begin() : std::prev(spans_.upper_bound(offset));
@@ -239,26 +245,52 @@ void RangeVersions::plan_fetch(SpanMap::const_iterator first, std::uint64_t begi
   }
 }
 
+// What a command using span `s` with `access` at `at` must wait for.
+void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& out) const {
+  add_unique(out.wait, s.last_writer);
+  if (const Holder* h = holder(s, at)) add_unique(out.wait, h->ready);
+  if (writes(access)) {
+    for (Event r : s.readers) add_unique(out.wait, r);
+  }
+}
+
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const {
   out.clear();
+  if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
+    const Span& s = spans_.begin()->second;
+    if (reads_old_content(uses[0].access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
+    plan_waits(s, uses[0].access, at, out);
+    return;
+  }
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const auto first = span_containing(begin);
     if (reads_old_content(access)) plan_fetch(first, begin, end, at, cost, out);
-    for (auto it = first; it != spans_.end() && it->first < end; ++it) {
-      const Span& s = it->second;
-      add_unique(out.wait, s.last_writer);
-      if (const Holder* h = holder(s, at)) add_unique(out.wait, h->ready);
-      if (writes(access)) {
-        for (Event r : s.readers) add_unique(out.wait, r);
-      }
-    }
+    for (auto it = first; it != spans_.end() && it->first < end; ++it) plan_waits(it->second, access, at, out);
   });
+}
+
+// The command's bytes are the new version, held only where it runs.
+void RangeVersions::write_span(Span& s, std::uint64_t version, Location at, Event command) {
+  ops_.hold(command);
+  drop_span(s);
+  s.version = version;
+  s.anywhere = false;
+  s.holders.assign(1, Holder{at, command});
+  ops_.hold(command);
+  s.last_writer = command;
+  s.readers.clear();
 }
 
 void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses,
                            Location at, Event command) {
   if (copy_events.size() != plan.copies.size())
     throw std::invalid_argument("migration: commit needs one event per planned copy");
+  if (plan.copies.empty() && whole_span(uses)) {  // nothing splits, nothing can merge
+    Span& s = spans_.begin()->second;
+    if (writes(uses[0].access)) write_span(s, next_version_++, at, command);
+    else add_reader(s, command);
+    return;
+  }
   std::uint64_t lo = size_, hi = 0;
 
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
@@ -297,15 +329,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
         continue;
       }
       if (++touched > 1) reshaped = true;
-      // The command's bytes are the new version, held only where it runs.
-      ops_.hold(command);
-      drop_span(s);
-      s.version = version;
-      s.anywhere = false;
-      s.holders.assign(1, Holder{at, command});
-      ops_.hold(command);
-      s.last_writer = command;
-      s.readers.clear();
+      write_span(s, version, at, command);
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);
   });

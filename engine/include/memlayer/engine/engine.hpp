@@ -91,8 +91,13 @@ class Buffer {
     std::size_t prune_at = kFirstPrune;  // users.size() that prunes the finished ones
     std::vector<Event> fences;   // what must finish before it may be written
   };
-  Storage& storage(Location at);
+  Storage& storage(Location at) {
+    if (storage_.size() <= at) [[unlikely]] grow_storage(at);
+    return storage_[at];
+  }
+  void grow_storage(Location at);
   void add_user(Storage& s, Event e);
+  void prune_users(Storage& s);
   void drop_storage_events(Storage& s);
   // One reference more or less to `e`: to the batch of the enqueue that
   // holds this buffer's lock, if any; else to the host at once.

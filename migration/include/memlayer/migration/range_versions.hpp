@@ -133,6 +133,9 @@ class RangeVersions {
   void drop_span(const Span& s) const;
   void add_reader(Span& s, Event e);
   void prune(Span& s);
+  [[nodiscard]] bool whole_span(std::span<const Use> uses) const;
+  void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
+  void write_span(Span& s, std::uint64_t version, Location at, Event command);
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
 
