@@ -54,8 +54,12 @@ class ByteHost final : public Host {
   }
 
   // ---- Host ----
-  void retain(Event e, std::uint32_t count) noexcept override { task(e).refs += static_cast<int>(count); }
+  void retain(Event e, std::uint32_t count) noexcept override {
+    ++reference_calls;
+    task(e).refs += static_cast<int>(count);
+  }
   void release(Event e, std::uint32_t count) noexcept override {
+    ++reference_calls;
     Task& t = task(e);
     EXPECT_GE(t.refs, static_cast<int>(count)) << "task " << t.id << " released more often than retained";
     t.refs -= static_cast<int>(count);
@@ -216,6 +220,7 @@ class ByteHost final : public Host {
   bool defer_frees = false;
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
   int copies_created = 0, copies_discarded = 0;
+  int reference_calls = 0;  // retain() and release() calls, whatever their count
   std::uint64_t moved = 0;
   int live_storage = 0;
 

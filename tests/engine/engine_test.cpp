@@ -64,6 +64,25 @@ TEST_F(EngineTest, UndefinedContentNeverMigrates) {
   EXPECT_EQ(engine_->stats().bytes_migrated, 4096u);
 }
 
+// A kernel with many buffer arguments takes its own event and drops its
+// predecessor's hundreds of times (planner records, storage users, waits);
+// the host sees the net count once per event (RefBatch).
+TEST_F(EngineTest, AnEnqueueHandsTheHostOneReferenceCountPerEvent) {
+  constexpr int kBuffers = 64;
+  std::vector<BufferUse> uses;
+  for (int i = 0; i < kBuffers; ++i) uses.push_back({&make(64, false), {0, 64, Access::read_write}});
+  Task* first = enqueue(uses, 1);
+  ASSERT_NE(first, nullptr);
+  const int calls_before = host_.reference_calls;
+  Task* second = enqueue(uses, 1);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(host_.reference_calls - calls_before, 2) << "one retain of the new command, one release of the old";
+  // The new command waits for the old one once, not once per buffer.
+  ASSERT_EQ(sub_.waits().size(), 1u);
+  EXPECT_EQ(sub_.waits()[0], first);
+  host_.run_all();
+}
+
 TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
   Buffer& small = make(4096, true);
   ASSERT_NE(enqueue({{&small, {0, 4096, Access::read}}}, 1), nullptr);
