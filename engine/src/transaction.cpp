@@ -108,7 +108,8 @@ void Transaction::group_uses() {
       for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
   }
   for (const auto& [buffer, index] : s_.order) {
-    if (s_.groups.empty() || s_.groups.back().buffer != buffer) s_.groups.push_back({buffer, s_.uses.size(), 0, 0});
+    if (s_.groups.empty() || s_.groups.back().buffer != buffer)
+      s_.groups.push_back({buffer, s_.uses.size(), 0, 0, EnqueueScratch::Group::kNoCopies});
     s_.uses.push_back(uses_[index].use);
     ++s_.groups.back().count;
   }
@@ -270,18 +271,24 @@ bool Transaction::evict_one(Location loc) {
 
 // ---- planning and copies --------------------------------------------------
 
+// Each buffer is planned in one scratch plan, which stays in cache; its
+// waits become the command's at once (they are released if the enqueue
+// fails), and only a plan with copies is kept for the later steps.
 std::optional<EnqueueError> Transaction::plan_all() {
-  if (s_.plans.size() < s_.groups.size()) s_.plans.resize(s_.groups.size());
   const migration::CostModel& cost = host_.cost_model();
-  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
-    const EnqueueScratch::Group& g = s_.groups[i];
-    migration::Plan& plan = s_.plans[i];
+  std::size_t kept = 0;
+  for (EnqueueScratch::Group& g : s_.groups) {
     try {
-      g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, plan);
+      g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     } catch (const std::logic_error& e) {
       return error(EnqueueError::Code::host_failed, e.what());
     }
-    for (const migration::Copy& c : plan.copies) {
+    for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
+    if (s_.planning.copies.empty()) continue;
+    if (kept == s_.with_copies.size()) s_.with_copies.emplace_back();
+    std::swap(s_.with_copies[kept], s_.planning);  // the swapped-out plan's capacity is reused
+    g.plan = kept++;
+    for (const migration::Copy& c : s_.with_copies[g.plan].copies) {
       for (Location end : {c.src, c.dst}) {
         if (end == kHost) {
           if (auto failed = place(*g.buffer, kHost, false)) return failed;
@@ -297,10 +304,9 @@ std::optional<EnqueueError> Transaction::plan_all() {
 
 std::optional<EnqueueError> Transaction::create_copies() {
   command_copies_ = s_.pending.size();  // those before are evictions' write-backs
-  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
-    EnqueueScratch::Group& g = s_.groups[i];
+  for (EnqueueScratch::Group& g : s_.groups) {
     g.first_copy = s_.copy_events.size();
-    for (const migration::Copy& c : s_.plans[i].copies) {
+    for (const migration::Copy& c : plan_of(g).copies) {
       if (!create_copy(*g.buffer, c, g.first_copy, false)) {
         return error(EnqueueError::Code::host_out_of_memory,
                      "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
@@ -335,12 +341,14 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   return true;
 }
 
+const migration::Plan& Transaction::plan_of(const EnqueueScratch::Group& g) const {
+  return g.plan == EnqueueScratch::Group::kNoCopies ? s_.no_copies : s_.with_copies[g.plan];
+}
+
 void Transaction::commit_all() {
-  for (std::size_t i = 0; i < s_.groups.size(); ++i) {
-    const EnqueueScratch::Group& g = s_.groups[i];
+  for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
-    const migration::Plan& plan = s_.plans[i];
-    for (Event e : plan.wait) add_wait(e);  // before the commit may drop them
+    const migration::Plan& plan = plan_of(g);
     const auto events = std::span(s_.copy_events).subspan(g.first_copy, plan.copies.size());
     b.versions_.commit(plan, events, std::span(s_.uses).subspan(g.first, g.count), at_, command_);
     for (std::size_t c = 0; c < plan.copies.size(); ++c) {

@@ -1,6 +1,7 @@
 // One enqueue through the engine, step by step (engine.hpp lists the steps).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -15,9 +16,11 @@ namespace memlayer::engine {
 struct EnqueueScratch {
   /// One buffer of the command: its uses are uses[first, first + count).
   struct Group {
+    static constexpr std::size_t kNoCopies = SIZE_MAX;
     Buffer* buffer;
     std::size_t first, count;
     std::size_t first_copy;  // its copies' events: copy_events[first_copy, ...)
+    std::size_t plan;        // with_copies[plan], or kNoCopies: its plan moves nothing
   };
   /// A copy made, to be started (or dropped) once the locks are released;
   /// it waits for deps[first_dep, first_dep + dep_count), each retained.
@@ -35,7 +38,9 @@ struct EnqueueScratch {
   std::vector<std::pair<Buffer*, std::size_t>> order;  // (buffer, use index), sorted
   std::vector<migration::Use> uses;
   std::vector<Group> groups;
-  std::vector<migration::Plan> plans;  // plans[i] for groups[i]
+  migration::Plan planning;                  // each buffer is planned here
+  std::vector<migration::Plan> with_copies;  // the plans that copy, by Group::plan
+  const migration::Plan no_copies;           // stands for the plans of the others
   migration::Plan evict_plan;
   std::vector<Event> copy_events;
   std::vector<Pending> pending;
@@ -68,6 +73,7 @@ class Transaction {
   std::optional<EnqueueError> create_copies();
   bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back);
   void commit_all();
+  [[nodiscard]] const migration::Plan& plan_of(const EnqueueScratch::Group& g) const;
   void rollback();
   void start_copies();
 

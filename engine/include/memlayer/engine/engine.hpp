@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "memlayer/engine/detail/buffer_lock.hpp"
 #include "memlayer/engine/host.hpp"
 #include "memlayer/migration/access.hpp"
 #include "memlayer/migration/plan.hpp"
@@ -110,7 +111,7 @@ class Buffer {
   void* cookie_;
   std::uint64_t size_;
   migration::EventOps ops_;   // the planner's view of events: hold() and drop()
-  mutable std::mutex mutex_;  // guards everything below
+  mutable detail::BufferLock mutex_;  // guards everything below
   RefBatch* batch_ = nullptr;  // set by the enqueue that holds mutex_
   migration::RangeVersions versions_;
   std::vector<Storage> storage_;  // by location, grown on demand
