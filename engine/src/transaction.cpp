@@ -367,8 +367,8 @@ void Transaction::commit_all() {
     for (Event f : st.fences) add_wait(f);
     b.add_user(st, command_);
     st.last_use = stamp_;
+    for (std::size_t u = g.first; u < g.first + g.count; ++u) out_.storage_[s_.order[u].second] = st.handle;
   }
-  for (const auto& [buffer, index] : s_.order) out_.storage_[index] = buffer->storage(at_).handle;
   for (std::size_t i = command_copies_; i < s_.pending.size(); ++i) s_.pending[i].start = true;
 }
 
