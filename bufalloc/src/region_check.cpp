@@ -14,7 +14,7 @@ Result<void> RegionCore::check(std::string* what) const {
   // 1. The blocks tile [base, base + size) in address order: a ring through
   // the sentinel, offsets rising from 0 to the sentinel's, the end.
   const BlockRecord& end = records_[kSentinel];
-  if (end.kind != RecordKind::sentinel || end.offset != units(size_)) return fail("sentinel record damaged");
+  if (end.kind() != RecordKind::sentinel || end.offset != units(size_)) return fail("sentinel record damaged");
   if (end.next_phys == kSentinel || end.next_phys >= made) return fail("no first block");
   std::uint64_t expect = 0;
   std::uint64_t blocks = 0, live = 0, free_blocks = 0;
@@ -29,15 +29,16 @@ Result<void> RegionCore::check(std::string* what) const {
     if (b.next_phys >= made) return fail("address-order link to a record never made");
     const std::uint64_t next_offset = records_[b.next_phys].offset;
     if (next_offset <= b.offset) return fail("block of zero or negative size");
+    if (b.size != kSizeFromNext ? b.size != next_offset - b.offset : next_offset - b.offset < kSizeFromNext)
+      return fail("stored block size disagrees with the next block's offset");
     const Size size = units_of(b) << glog_;
-    if (b.kind == RecordKind::free) {
+    if (b.kind() == RecordKind::free) {
       ++free_blocks;
       if (size > largest) largest = size;
-      if (records_[b.next_phys].kind == RecordKind::free) return fail("two adjacent free blocks");
-    } else if (b.kind == RecordKind::live) {
+      if (records_[b.next_phys].kind() == RecordKind::free) return fail("two adjacent free blocks");
+    } else if (b.kind() == RecordKind::live) {
       ++live;
       used += size;
-      if (b.generation == 0) return fail("live block with generation 0");
       if (index_ && index_->find(address_of(b)) != i) return fail("live block missing from the address index");
     } else {
       return fail("spare record linked in address order");
@@ -58,7 +59,7 @@ Result<void> RegionCore::check(std::string* what) const {
   std::uint64_t spare = 0;
   for (RecordIndex i = records_.spare_head(); i != kSentinel; i = records_[i].next_free) {
     if (i >= made || ++spare > made) return fail("broken spare-record chain");
-    if (records_[i].kind != RecordKind::unused) return fail("a block record in the spare chain");
+    if (records_[i].kind() != RecordKind::unused) return fail("a block record in the spare chain");
   }
   if (spare + blocks + 1 != made) return fail("spare chain disagrees with the pool's count");
   if (peak_ < used_) return fail("peak below current use");
@@ -79,10 +80,8 @@ Result<void> RegionCore::check(std::string* what) const {
         if (i >= made) return fail("free-list link to a record never made");
         if (++listed > free_blocks) return fail("free lists hold more blocks than are free (cycle?)");
         const BlockRecord& b = records_[i];
-        if (b.kind != RecordKind::free) return fail("used block in a free list");
-        const SizeClass c = class_of(units_of(b));
-        if (!(c == SizeClass{fl, sl}) || b.size_class != fl * kSlCount + sl)
-          return fail("free block filed in the wrong class");
+        if (b.kind() != RecordKind::free) return fail("used block in a free list");
+        if (!(class_of(units_of(b)) == SizeClass{fl, sl})) return fail("free block filed in the wrong class");
         if (b.next_free != kSentinel && (b.next_free >= made || records_[b.next_free].prev_free != i))
           return fail("broken free-list links");
       }
@@ -95,7 +94,7 @@ Result<void> RegionCore::check(std::string* what) const {
     if (index_->size() != live_) return fail("address index size disagrees with live blocks");
     bool index_ok = true;
     index_->for_each([&](std::uint64_t key, RecordIndex i) {
-      if (i >= made || records_[i].kind != RecordKind::live || address_of(records_[i]) != key) index_ok = false;
+      if (i >= made || records_[i].kind() != RecordKind::live || address_of(records_[i]) != key) index_ok = false;
     });
     if (!index_ok) return fail("address index entry points to a wrong or free block");
   }

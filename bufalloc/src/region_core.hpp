@@ -36,14 +36,19 @@ class RegionCore {
  private:
   std::uint64_t units(Size bytes) const noexcept { return bytes >> glog_; }
   Address address_of(const BlockRecord& r) const noexcept { return base_ + (r.offset << glog_); }
-  // A block's size in granules: up to the next block (the sentinel's offset
-  // is the end of the space).
-  std::uint64_t units_of(const BlockRecord& r) const noexcept { return records_[r.next_phys].offset - r.offset; }
+  // A block's size in granules: stored, or for a giant block up to the next
+  // block (block_record.hpp).
+  std::uint64_t units_of(const BlockRecord& r) const noexcept {
+    return r.size != kSizeFromNext ? r.size : records_[r.next_phys].offset - r.offset;
+  }
+  static void set_units(BlockRecord& r, std::uint64_t size_units) noexcept {
+    r.size = size_units < kSizeFromNext ? static_cast<std::uint32_t>(size_units) : kSizeFromNext;
+  }
   void insert_free(RecordIndex i, std::uint64_t size_units) noexcept;
-  void remove_free(RecordIndex i) noexcept;
-  RecordIndex find_fast(std::uint64_t search_units) const noexcept;
+  void unlink_free(RecordIndex i, std::uint64_t size_units, SizeClass c) noexcept;
+  RecordIndex find_fast(std::uint64_t search_units, SizeClass* found) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
-  BlockHandle carve(RecordIndex i, std::uint64_t asize_units, Size alignment);
+  BlockHandle carve(RecordIndex i, SizeClass c, std::uint64_t asize_units, Size alignment);
   void release_block(RecordIndex i, bool indexed) noexcept;
   Error handle_error(const BlockHandle& block) const noexcept;
   Error free_error(Address address) const noexcept;
@@ -72,8 +77,7 @@ class RegionCore {
   std::uint64_t failed_ = 0;
   std::uint64_t slow_ = 0;
   // The largest free block, kept exact while cheap: raised on insert,
-  // invalidated when a block of its size class leaves the free lists (the
-  // record does not hold its size, and its class is as good a test).
+  // invalidated when a block of that size leaves the free lists.
   mutable Size largest_cache_ = 0;
   mutable bool largest_valid_ = false;
 };
