@@ -254,6 +254,43 @@ TEST(DeviceHeap, BadInputsAreNamedErrors) {
   EXPECT_EQ(heap->stats().live_blocks, 0u);
 }
 
+TEST(DeviceHeap, FreeByHandleAndItsNamedErrors) {
+  NativeDevice dev(64 * MiB);
+  auto heap = make_heap(dev, segments_of(1 * MiB));
+  // Stale: its record now serves the next block of that segment.
+  auto a = heap->allocate(4 * KiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(heap->free(a.value()).ok());
+  auto c = heap->allocate(4 * KiB);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c.value().index, a.value().index);
+  const auto stale = heap->free(a.value());
+  EXPECT_EQ(stale.error().code, Errc::stale_handle);
+  EXPECT_NE(stale.error().message().find("stale"), std::string::npos);
+  EXPECT_EQ(heap->stats().live_blocks, 1u);
+
+  auto b = heap->allocate(2 * MiB);  // a segment of its own
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(heap->stats().segments, 2u);
+  ASSERT_TRUE(heap->free(b.value()).ok());
+  EXPECT_EQ(heap->stats().empty_segments, 1u);  // emptied by a handle free: cached
+  EXPECT_EQ(heap->free(b.value()).error().code, Errc::double_free);
+
+  // Foreign: a handle whose address is in no segment, and another heap's.
+  BlockHandle nowhere = c.value();
+  nowhere.address = 12345;
+  EXPECT_EQ(heap->free(nowhere).error().code, Errc::foreign_handle);
+  NativeDevice other_dev(64 * MiB);
+  auto other = make_heap(other_dev, segments_of(1 * MiB));
+  other_dev.next = dev.next - 2 * MiB;  // hand out the same addresses as this device did
+  BlockHandle theirs = other->allocate(4 * KiB).value();
+  EXPECT_EQ(heap->free(theirs).error().code, Errc::foreign_handle);
+  EXPECT_EQ(heap->stats().live_blocks, 1u);
+  EXPECT_TRUE(other->free(theirs).ok());
+  EXPECT_TRUE(heap->free(c.value()).ok());
+  EXPECT_EQ(heap->stats().live_blocks, 0u);
+}
+
 TEST(DeviceHeap, DestructionGivesEverySegmentBack) {
   NativeDevice dev(64 * MiB);
   {
@@ -279,28 +316,31 @@ TEST(DeviceHeapConcurrency, ThreadsAllocateAndFreeAtOnce) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       std::mt19937 rng(t);
-      std::vector<Address> mine;
+      std::vector<BlockHandle> mine;
       for (int i = 0; i < 3000; ++i) {
         if (mine.empty() || rng() % 3 != 0) {
           auto a = heap->allocate(64 + rng() % (64 * KiB));
           ASSERT_TRUE(a.ok()) << a.error().message();
           std::lock_guard lock(live_mutex);
           ASSERT_TRUE(live.insert(a.value().address).second) << "handed out twice";
-          mine.push_back(a.value().address);
+          mine.push_back(a.value());
         } else {
-          const Address a = mine[rng() % mine.size()];
-          mine.erase(std::find(mine.begin(), mine.end(), a));
+          const std::size_t k = rng() % mine.size();
+          const BlockHandle a = mine[k];
+          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
           {
             std::lock_guard lock(live_mutex);
-            live.erase(a);
+            live.erase(a.address);
           }
-          ASSERT_TRUE(heap->free(a).ok());
+          // Odd threads free by address: the segments' address indexes are
+          // built and kept while the others free by handle.
+          ASSERT_TRUE((t % 2 == 0 ? heap->free(a) : heap->free(a.address)).ok());
         }
       }
-      for (Address a : mine) {
+      for (const BlockHandle& a : mine) {
         {
           std::lock_guard lock(live_mutex);
-          live.erase(a);
+          live.erase(a.address);
         }
         ASSERT_TRUE(heap->free(a).ok());
       }
