@@ -138,7 +138,9 @@ int print_summary(const RunResults& results, const RunConfig& config, std::ostre
                                                " repetitions;"
                                          : std::string(";"))
       << "\n  utilisation = live requested bytes / region size at the first failed allocation, "
-      << config.util_seeds << " seeds.\n";
+      << config.util_seeds << " seeds."
+      << "\n  before = the Region before handles (bench/bufalloc/baseline/, frees by address), run side by side;"
+      << "\n  now/bef. = memlayer / before.\n";
 #ifndef MEMLAYER_BENCH_HAVE_POCL
   out << "  PoCL's bufalloc was not built (no pocl-source tarball at configure time): its column is n/a.\n";
 #endif

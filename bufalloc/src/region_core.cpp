@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <bit>
-#include <cstddef>
 #include <limits>
 
 // The hot path's helpers are inlined into allocate() and free() (GCC and
@@ -21,25 +20,6 @@ constexpr Size kMax = std::numeric_limits<Size>::max();
 
 // Padding that brings `addr` up to a multiple of `alignment` (a power of two).
 constexpr Size pad_for(Address addr, Size alignment) noexcept { return (0 - addr) & (alignment - 1); }
-
-// A handle written as three 8-byte words. Built field by field, the index and
-// generation are two 4-byte stores, and the caller's copy of the handle (out
-// of the Result, into its own storage) reads them back as one 8-byte load:
-// a store-forwarding stall that cost more than the whole allocation (measured
-// with perf on the pair benchmark).
-struct HandleWords {
-  std::uint64_t address;
-  std::uint64_t record;  // index | generation << 32, as BlockHandle lays them out
-  std::uint64_t region;
-};
-static_assert(sizeof(HandleWords) == sizeof(BlockHandle) && offsetof(BlockHandle, index) == 8 &&
-                  offsetof(BlockHandle, generation) == 12 && offsetof(BlockHandle, region) == 16 &&
-                  std::endian::native == std::endian::little,
-              "HandleWords mirrors BlockHandle");
-BlockHandle make_handle(Address address, RecordIndex index, std::uint32_t generation, std::uint32_t region) noexcept {
-  return std::bit_cast<BlockHandle>(
-      HandleWords{address, std::uint64_t{index} | std::uint64_t{generation} << 32, std::uint64_t{region}});
-}
 
 // Region ids for handles: unique per process until 2^32-1 regions were made;
 // 0 is skipped so that a zeroed handle names no region.
@@ -221,7 +201,7 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   used_ += asize_units << glog_;
   if (used_ > peak_) peak_ = used_;
   ++live_;
-  return make_handle(address, i, b.generation(), id_);
+  return BlockHandle{address, i, b.generation(), id_};
 }
 
 Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
