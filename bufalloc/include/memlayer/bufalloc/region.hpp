@@ -34,12 +34,15 @@
 // Complexity: allocate() and free() are O(1) in the number of live blocks,
 // except allocate()'s fallback search (only when the O(1) search fails), which
 // is O(free blocks in the scanned classes), and the first free(address),
-// which builds the address index in O(blocks). Bookkeeping growth is O(1)
-// per call and incremental: record pages never move, the index migrates a
-// few slots per call.
+// which builds the address index in O(blocks). Bookkeeping growth is
+// amortised O(1): the record array doubles (copying the records) when full,
+// which a region in steady state never is; the address index grows
+// incrementally, a few slots per call.
 //
 // Thread-safety: Region is NOT synchronised; one thread at a time (or your
 // own lock). LockedRegion (locked_region.hpp) is the synchronised variant.
+// A BlockHandle is a plain value: any thread may hold or pass one, and the
+// region's lock (or LockedRegion's) is all free(handle) needs.
 #pragma once
 
 #include <cstdint>
