@@ -296,3 +296,63 @@ TEST(Region, MovedRegionKeepsItsBlocks) {
   EXPECT_TRUE(moved.free(a).ok());
   expect_consistent(moved);
 }
+
+// A record keeps sizes below 2^32 granules; bigger blocks take their size
+// from the next block's offset (bufalloc/src/block_record.hpp). Splits, merges
+// and the best-fit fallback across that boundary, checked against the walk.
+TEST(Region, BlocksOf2To32GranulesAndMoreKeepExactSizes) {
+  const Size g = 64;
+  const Size huge = Size{1} << 40;  // 2^34 granules
+  Region r = make(0, huge, g);
+  const Size big = (Size{1} << 32) * g + 3 * g;  // just past the 32-bit size field
+  auto a = r.allocate(100);
+  auto b = r.allocate(big);
+  auto c = r.allocate(big, Size{1} << 36);  // with padding in front, and a giant hole after
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(c.value().address % (Size{1} << 36), 0u);
+  expect_consistent(r);
+  Size sum = 0;
+  bool saw_big = false;
+  for (const BlockInfo& info : blocks(r)) {
+    sum += info.size;
+    if (!info.free && info.size == big) saw_big = true;
+  }
+  EXPECT_EQ(sum, huge);
+  EXPECT_TRUE(saw_big);
+  EXPECT_EQ(r.stats().used_bytes, 128 + 2 * big);
+  ASSERT_TRUE(r.free(b.value()).ok());  // a giant live block, merged with the padding after it
+  expect_consistent(r);
+  EXPECT_GE(r.stats().largest_free, big);
+  auto again = r.allocate(big - g);  // reuses part of it
+  ASSERT_TRUE(again.ok());
+  expect_consistent(r);
+  ASSERT_TRUE(r.free(c.value()).ok());
+  ASSERT_TRUE(r.free(a.value()).ok());
+  ASSERT_TRUE(r.free(again.value()).ok());
+  expect_consistent(r);
+  EXPECT_EQ(r.stats().free_blocks, 1u);
+  EXPECT_EQ(r.stats().largest_free, huge);
+}
+
+// free(handle) needs no address index; the first free(address) builds it and
+// from then on every allocate and free keeps it.
+TEST(Region, TheAddressIndexExistsOnlyOnceAnAddressWasFreed) {
+  Region r = make(0, 1 << 20);
+  std::vector<BlockHandle> held;
+  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(64 + 64 * static_cast<Size>(i % 5)).value());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(r.free(held[static_cast<std::size_t>(i)]).ok());
+  EXPECT_FALSE(r.indexes_addresses());
+  ASSERT_TRUE(r.free(held[50].address).ok());  // builds it over the 49 live blocks
+  EXPECT_TRUE(r.indexes_addresses());
+  expect_consistent(r);  // check() verifies the index holds exactly the live blocks
+  auto fresh = r.allocate(128);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(r.free(fresh.value().address).ok());  // found through the index
+  for (std::size_t i = 51; i < 100; i += 2) ASSERT_TRUE(r.free(held[i]).ok());
+  for (std::size_t i = 52; i < 100; i += 2) ASSERT_TRUE(r.free(held[i].address).ok());
+  expect_consistent(r);
+  EXPECT_EQ(r.stats().live_blocks, 0u);
+  r.reset();
+  EXPECT_TRUE(r.indexes_addresses());  // it stays, empty
+  expect_consistent(r);
+}
