@@ -62,6 +62,7 @@ class Allocator {
   struct Block {
     runtime::DeviceAddress address = 0;
     std::uint64_t size = 0;  // what was obtained (the cache's block may be larger)
+    bufalloc::BlockHandle handle{};  // heap and cache: what they free
   };
   Block get(std::uint64_t tag, std::uint64_t size) {
     switch (kind_) {
@@ -73,12 +74,12 @@ class Allocator {
       case Kind::heap: {
         auto a = heap_->allocate(size);
         if (!a) throw std::runtime_error(a.error().message());
-        return {a.value(), size};
+        return {a.value().address, size, a.value()};
       }
       case Kind::cache: {
         auto b = cache_->acquire(tag, size);
         if (!b) throw std::runtime_error(b.error().message());
-        return {b.value().address, b.value().size};
+        return {b.value().address(), b.value().size, b.value().handle};
       }
     }
     return {};
@@ -86,8 +87,8 @@ class Allocator {
   void put(std::uint64_t tag, Block b) {
     switch (kind_) {
       case Kind::native: dev_.native_release(b.address, b.size); break;
-      case Kind::heap: (void)heap_->free(b.address); break;
-      case Kind::cache: cache_->release(tag, bufalloc::CachedBlock{b.address, b.size}); break;
+      case Kind::heap: (void)heap_->free(b.handle); break;
+      case Kind::cache: cache_->release(tag, bufalloc::CachedBlock{b.handle, b.size}); break;
     }
   }
   [[nodiscard]] const bufalloc::DeviceHeap* heap() const { return heap_.get(); }

@@ -9,7 +9,7 @@
 //   mean_ns, p50_ns, p999_ns, max_ns  per pair, clock reads included
 //   timer_ns                          an empty pair (two clock reads), the floor
 //   faults                            minor page faults during the timed pairs
-//   slow_pct, holes                   memlayer only: fallback searches, free blocks
+//   slow_pct, holes                   memlayer and before only: fallback searches, free blocks
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -76,10 +76,10 @@ std::uint64_t slow_searches(const A& allocator) {
 // Untimed pairs k in [begin, end) of the trace: free the victim's block,
 // allocate the new size in its place. False if either fails.
 template <BenchAllocator A>
-bool run_pairs(A& allocator, std::vector<Address>& blocks, const PairTrace& trace, std::size_t begin,
+bool run_pairs(A& allocator, std::vector<typename A::Block>& blocks, const PairTrace& trace, std::size_t begin,
                std::size_t end) {
   for (std::size_t k = begin; k < end; ++k) {
-    Address& slot = blocks[trace.victim[k]];
+    typename A::Block& slot = blocks[trace.victim[k]];
     const bool freed = allocator.free(slot);
     const auto address = allocator.allocate(trace.size[k]);
     if (!freed || !address) return false;
@@ -98,7 +98,7 @@ void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup)
   // batch (the mean without clock reads).
   const PairTrace trace = make_pair_trace(live, warmup + 2 * pairs, kPairSeed);
   A allocator(kBase, kPairRegion);
-  std::vector<Address> blocks;
+  std::vector<typename A::Block> blocks;
   blocks.reserve(live);
   prefill_mode(allocator, true);
   for (const Size size : trace.prefill) {
@@ -123,7 +123,7 @@ void pair_latency(benchmark::State& state, std::size_t live, std::size_t warmup)
     const std::uint32_t victim = trace.victim[warmup + i];
     // Read outside the timed span: at 10^5 live this lookup is itself a cache
     // miss, and it belongs to the harness, not to the allocator.
-    const Address old = blocks[victim];
+    const typename A::Block old = blocks[victim];
     benchmark::DoNotOptimize(old);
     const auto t0 = Clock::now();
     const bool freed = allocator.free(old);
@@ -202,6 +202,7 @@ void register_latency_benchmarks(const RunConfig& config) {
     // memlayer's address index to finish a growth that the pre-fill began.
     const std::size_t warmup = live / 2;
     register_pair<MemlayerAllocator>(live, warmup, kMemlayer, 1'000'000 / scale, reps);
+    register_pair<BaselineAllocator>(live, warmup, kBaseline, 1'000'000 / scale, reps);
 #ifdef MEMLAYER_BENCH_HAVE_POCL
     // PoCL walks the chunk list on alloc and free, a few ns per live block,
     // so the pair count shrinks with n to keep each repetition near a second

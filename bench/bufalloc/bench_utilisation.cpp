@@ -36,7 +36,7 @@ template <BenchAllocator A>
 FillResult fill_until_failure(const UtilWorkload& workload, std::uint64_t seed) {
   A allocator(kBase, workload.region);
   Rng rng(seed);
-  std::vector<std::pair<Address, Size>> live;
+  std::vector<std::pair<typename A::Block, Size>> live;
   Size live_bytes = 0;
   FillResult result;
   for (;; ++result.steps) {
@@ -106,6 +106,7 @@ void register_util(const UtilWorkload& workload, const char* name, int seeds) {
 void register_utilisation_benchmarks(const RunConfig& config) {
   for (const UtilWorkload* workload : {&kUtilSmall, &kUtilLarge}) {
     register_util<MemlayerAllocator>(*workload, kMemlayer, config.util_seeds);
+    register_util<BaselineAllocator>(*workload, kBaseline, config.util_seeds);
 #ifdef MEMLAYER_BENCH_HAVE_POCL
     register_util<PoclAllocator>(*workload, kPocl, config.util_seeds);
 #endif

@@ -16,6 +16,7 @@ namespace memlayer::bench {
 
 class BestFitAllocator {
  public:
+  using Block = Address;  ///< what allocate() returns and free() takes
   BestFitAllocator(Address base, Size size);
 
   std::optional<Address> allocate(Size size);

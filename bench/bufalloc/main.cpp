@@ -1,5 +1,5 @@
-// memlayer-bench-bufalloc: memlayer's Region vs PoCL's bufalloc vs exact best
-// fit. Accepts every Google Benchmark flag, plus:
+// memlayer-bench-bufalloc: memlayer's Region vs the Region before handles
+// (baseline/) vs PoCL's bufalloc vs exact best fit. Accepts every Google Benchmark flag, plus:
 //   --summary  after the usual output, print the side-by-side target table
 //   --quick    a reduced run (about 20 s) for CI smoke tests; the environment
 //              variable MEMLAYER_BENCH_QUICK=1 does the same

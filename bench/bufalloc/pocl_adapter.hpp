@@ -13,13 +13,14 @@ namespace memlayer::bench {
 
 class PoclAllocator {
  public:
+  using Block = Address;  ///< what allocate() returns and free() takes
   PoclAllocator(Address base, Size size);
   PoclAllocator(PoclAllocator&&) noexcept;
   PoclAllocator& operator=(PoclAllocator&&) noexcept;
   ~PoclAllocator();
 
   std::optional<Address> allocate(Size size);
-  /// Frees by address, as memlayer's Region does: pocl_free_buffer() walks
+  /// Frees by address, as memlayer's Region did: pocl_free_buffer() walks
   /// the chunk list to find it, which is what a driver holding only the
   /// device address pays.
   bool free(Address address);

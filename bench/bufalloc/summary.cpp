@@ -1,5 +1,6 @@
 #include "summary.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string_view>
@@ -27,9 +28,11 @@ enum class Unit { nanoseconds, percent };
 
 enum class Check {
   none,
-  memlayer_at_most,   // memlayer's value <= bound
-  memlayer_at_least,  // memlayer's value >= bound
-  ratio_at_least,     // PoCL / memlayer >= bound
+  memlayer_at_most,    // memlayer's value <= bound
+  memlayer_at_least,   // memlayer's value >= bound
+  ratio_at_least,      // PoCL / memlayer >= bound
+  vs_before_at_most,   // memlayer / before <= bound (both from this run)
+  near_before,         // |memlayer - before| <= bound (both from this run)
 };
 
 struct Row {
@@ -64,14 +67,16 @@ std::string format(std::optional<double> value, Unit unit) {
   return text;
 }
 
-std::string format_ratio(std::optional<double> pocl, std::optional<double> memlayer) {
-  if (!pocl || !memlayer || *memlayer == 0.0) return "n/a";
+// numerator / denominator, as "0.42x"; n/a when either is missing.
+std::string format_ratio(std::optional<double> numerator, std::optional<double> denominator) {
+  if (!numerator || !denominator || *denominator == 0.0) return "n/a";
   char text[32];
-  std::snprintf(text, sizeof text, "%.2fx", *pocl / *memlayer);
+  std::snprintf(text, sizeof text, "%.2fx", *numerator / *denominator);
   return text;
 }
 
-const char* verdict(const Row& row, std::optional<double> memlayer, std::optional<double> pocl) {
+const char* verdict(const Row& row, std::optional<double> memlayer, std::optional<double> pocl,
+                    std::optional<double> before) {
   switch (row.check) {
     case Check::none:
       return "";
@@ -84,6 +89,12 @@ const char* verdict(const Row& row, std::optional<double> memlayer, std::optiona
     case Check::ratio_at_least:
       if (!memlayer || !pocl || *memlayer == 0.0) return "n/a";
       return *pocl / *memlayer >= row.bound ? "PASS" : "MISS";
+    case Check::vs_before_at_most:
+      if (!memlayer || !before || *before == 0.0) return "n/a";
+      return *memlayer / *before <= row.bound ? "PASS" : "MISS";
+    case Check::near_before:
+      if (!memlayer || !before) return "n/a";
+      return std::fabs(*memlayer - *before) <= row.bound ? "PASS" : "MISS";
   }
   return "";
 }
@@ -92,21 +103,25 @@ std::vector<Row> rows() {
   const auto pair = pair_workload_name;
   const auto util = util_workload_name;
   return {
-      {"pair mean, 10^3 live", pair(1000), "batch_ns", Unit::nanoseconds, Check::ratio_at_least, 50.0,
+      {"pair mean, 10^3 live", pair(1000), "batch_ns", Unit::nanoseconds, Check::vs_before_at_most, 0.6,
+       "memlayer/before <= 0.6", "OffsetAllocator 0.61"},
+      {"pair mean, 10^3 live, PoCL", pair(1000), "batch_ns", Unit::nanoseconds, Check::ratio_at_least, 50.0,
        "PoCL/memlayer >= 50x", "PoCL 2.5 us"},
       {"pair p99.9, 10^3 live", pair(1000), "p999_ns", Unit::nanoseconds},
       {"pair mean, 10^4 live", pair(10000), "batch_ns", Unit::nanoseconds},
       {"pair p99.9, 10^4 live", pair(10000), "p999_ns", Unit::nanoseconds},
-      {"pair mean, 10^5 live", pair(100000), "batch_ns", Unit::nanoseconds, Check::memlayer_at_most, 100.0,
+      {"pair mean, 10^5 live", pair(100000), "batch_ns", Unit::nanoseconds, Check::vs_before_at_most, 0.4,
+       "memlayer/before <= 0.4", "OffsetAllocator 0.40"},
+      {"pair mean, 10^5 live, abs", pair(100000), "batch_ns", Unit::nanoseconds, Check::memlayer_at_most, 100.0,
        "memlayer <= 100 ns"},
       {"pair p99.9, 10^5 live", pair(100000), "p999_ns", Unit::nanoseconds, Check::memlayer_at_most, 1000.0,
        "memlayer <= 1 us"},
       {"timer floor (empty pair)", pair(100000), "timer_ns", Unit::nanoseconds},
-      {"util 64MiB 64B-64KiB, mean", util(kUtilSmall), "util_pct", Unit::percent, Check::memlayer_at_least, 98.5,
-       "memlayer >= 98.5 %", "BF 98.7, PoCL 48.9"},
+      {"util 64MiB 64B-64KiB, mean", util(kUtilSmall), "util_pct", Unit::percent, Check::near_before, 0.2,
+       "|memlayer-before| <= 0.2", "BF 98.7, PoCL 48.9"},
       {"util 64MiB 64B-64KiB, min", util(kUtilSmall), "util_min_pct", Unit::percent},
-      {"util 1GiB 4KiB-16MiB, mean", util(kUtilLarge), "util_pct", Unit::percent, Check::memlayer_at_least, 94.5,
-       "memlayer >= 94.5 %", "BF 94.8, PoCL 50.3"},
+      {"util 1GiB 4KiB-16MiB, mean", util(kUtilLarge), "util_pct", Unit::percent, Check::near_before, 0.2,
+       "|memlayer-before| <= 0.2", "BF 94.8, PoCL 50.3"},
       {"util 1GiB 4KiB-16MiB, min", util(kUtilLarge), "util_min_pct", Unit::percent},
   };
 }
@@ -115,7 +130,7 @@ std::vector<Row> rows() {
 
 int print_summary(const RunResults& results, const RunConfig& config, std::ostream& out) {
   char line[256];
-  const char* layout = "%-28s %10s %12s %12s %14s  %-22s %-20s %s\n";
+  const char* layout = "%-28s %10s %10s %9s %12s %12s %14s  %-24s %-20s %s\n";
   out << "\nmemlayer bufalloc summary" << (config.quick ? " (--quick: reduced pairs and seeds)" : "")
       << "\n  pair times are per free+allocate pair; means are timed as one batch (no clock reads inside),"
       << "\n  p99.9 pair by pair, two clock reads included (see the timer floor row)"
@@ -123,13 +138,15 @@ int print_summary(const RunResults& results, const RunConfig& config, std::ostre
                                                " repetitions;"
                                          : std::string(";"))
       << "\n  utilisation = live requested bytes / region size at the first failed allocation, "
-      << config.util_seeds << " seeds.\n";
+      << config.util_seeds << " seeds."
+      << "\n  before = the Region before handles (bench/bufalloc/baseline/, frees by address), run side by side;"
+      << "\n  now/bef. = memlayer / before.\n";
 #ifndef MEMLAYER_BENCH_HAVE_POCL
   out << "  PoCL's bufalloc was not built (no pocl-source tarball at configure time): its column is n/a.\n";
 #endif
   out << "\n";
-  std::snprintf(line, sizeof line, layout, "workload", "memlayer", "PoCL tight", "exact best", "PoCL/memlayer",
-                "target", "field notes", "result");
+  std::snprintf(line, sizeof line, layout, "workload", "memlayer", "before", "now/bef.", "PoCL tight",
+                "exact best", "PoCL/memlayer", "target", "field notes", "result");
   out << line;
   int missed = 0;
   int checked = 0;
@@ -137,10 +154,13 @@ int print_summary(const RunResults& results, const RunConfig& config, std::ostre
     const auto memlayer = lookup(results, benchmark_name(row.workload, kMemlayer), row.counter);
     const auto pocl = lookup(results, benchmark_name(row.workload, kPocl), row.counter);
     const auto best = lookup(results, benchmark_name(row.workload, kBestFit), row.counter);
-    const char* result = verdict(row, memlayer, pocl);
+    const auto before = lookup(results, benchmark_name(row.workload, kBaseline), row.counter);
+    const char* result = verdict(row, memlayer, pocl, before);
     if (row.check != Check::none) ++checked;
     if (std::string_view(result) != "PASS" && row.check != Check::none) ++missed;
     std::snprintf(line, sizeof line, layout, row.label.c_str(), format(memlayer, row.unit).c_str(),
+                  format(before, row.unit).c_str(),
+                  row.unit == Unit::percent ? "" : format_ratio(memlayer, before).c_str(),
                   format(pocl, row.unit).c_str(), format(best, row.unit).c_str(),
                   format_ratio(pocl, memlayer).c_str(), row.target, row.field_notes, result);
     out << line;

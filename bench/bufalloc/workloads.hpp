@@ -64,6 +64,7 @@ inline constexpr UtilWorkload kUtilLarge{"1GiB_4KiB-16MiB", 1 * kGiB, 4 * kKiB, 
 
 // Benchmark names, shared by the registration and the summary table.
 inline constexpr const char* kMemlayer = "memlayer";
+inline constexpr const char* kBaseline = "before";  ///< Region before handles (baseline/)
 inline constexpr const char* kPocl = "pocl_tight";
 inline constexpr const char* kBestFit = "best_fit";
 

@@ -1,4 +1,4 @@
-// Address → record map for free(address): open addressing with linear
+// Address → record index map for free(address): open addressing with linear
 // probing, kept at most 3/8 full. Near half full, clusters grow long enough
 // that probing and backward-shift deletion cost ~25% more per alloc+free
 // pair (measured at 10^3 live blocks); sparser than that only spreads the
@@ -12,6 +12,9 @@
 // slots of the old one across, so the old table is empty long before the new
 // one fills. A new table comes zero-filled from calloc, which for large tables
 // maps fresh zero pages lazily instead of writing them.
+//
+// Values are record indices (region_core.hpp): 0 is never one (it is the
+// sentinel record), so a zero slot reads as empty, and ~0 marks a tombstone.
 #pragma once
 
 #include <cstdint>
@@ -21,30 +24,42 @@
 
 namespace memlayer::bufalloc::detail {
 
-template <class V>
 class AddressIndex {
  public:
+  using Value = std::uint32_t;
+  static constexpr Value kEmpty = 0;  ///< find()/erase(): no such key
+
   AddressIndex() { current_ = Table::make(kInitialLog2); }
 
-  /// Precondition: key is not present.
-  void insert(std::uint64_t key, V* value) {
+  /// Makes room for one insert_reserved(), which then cannot fail: a caller
+  /// can take every host allocation before it changes any state of its own.
+  /// Throws std::bad_alloc.
+  void reserve_one() {
     migrate_some();
     if ((current_.used + 1) * 8 > current_.capacity() * 3) grow();
+  }
+  /// Precondition: key is not present, and reserve_one() came just before.
+  void insert_reserved(std::uint64_t key, Value value) noexcept {
     current_.place(key, value);
     ++size_;
   }
-
-  [[nodiscard]] V* find(std::uint64_t key) const noexcept {
-    if (V* v = current_.find(key)) return v;
-    return old_.slots ? old_.find(key) : nullptr;
+  /// Precondition: key is not present. Throws std::bad_alloc.
+  void insert(std::uint64_t key, Value value) {
+    reserve_one();
+    insert_reserved(key, value);
   }
 
-  /// Removes key and returns its value, or nullptr if absent.
-  V* erase(std::uint64_t key) noexcept {
+  [[nodiscard]] Value find(std::uint64_t key) const noexcept {
+    if (Value v = current_.find(key)) return v;
+    return old_.slots ? old_.find(key) : kEmpty;
+  }
+
+  /// Removes key and returns its value, or kEmpty if absent.
+  Value erase(std::uint64_t key) noexcept {
     migrate_some();
-    V* v = current_.erase_shift(key);
-    if (v == nullptr && old_.slots) v = old_.erase_tombstone(key);
-    if (v != nullptr) --size_;
+    Value v = current_.erase_shift(key);
+    if (v == kEmpty && old_.slots) v = old_.erase_tombstone(key);
+    if (v != kEmpty) --size_;
     return v;
   }
 
@@ -74,9 +89,9 @@ class AddressIndex {
 
   struct Slot {
     std::uint64_t key;
-    V* value;  // nullptr: empty; tombstone(): moved or erased (old table only)
+    Value value;  // kEmpty: empty; tombstone(): moved or erased (old table only)
   };
-  static V* tombstone() noexcept { return reinterpret_cast<V*>(alignof(V)); }
+  static Value tombstone() noexcept { return ~Value{0}; }
 
   struct FreeDeleter {
     void operator()(Slot* p) const noexcept { std::free(p); }
@@ -106,29 +121,29 @@ class AddressIndex {
       key ^= key >> 33;
       return key >> (64 - log2);
     }
-    void place(std::uint64_t key, V* value) noexcept {
+    void place(std::uint64_t key, Value value) noexcept {
       std::uint64_t i = home(key);
-      while (slots[i].value != nullptr) i = (i + 1) & mask();
+      while (slots[i].value != kEmpty) i = (i + 1) & mask();
       slots[i] = Slot{key, value};
       ++used;
     }
-    [[nodiscard]] V* find(std::uint64_t key) const noexcept {
+    [[nodiscard]] Value find(std::uint64_t key) const noexcept {
       for (std::uint64_t i = home(key);; i = (i + 1) & mask()) {
         const Slot& s = slots[i];
-        if (s.value == nullptr) return nullptr;
+        if (s.value == kEmpty) return kEmpty;
         if (s.key == key && s.value != tombstone()) return s.value;
       }
     }
     // Backward-shift deletion: keeps probe chains intact without tombstones.
-    V* erase_shift(std::uint64_t key) noexcept {
+    Value erase_shift(std::uint64_t key) noexcept {
       std::uint64_t i = home(key);
       for (;; i = (i + 1) & mask()) {
-        if (slots[i].value == nullptr) return nullptr;
+        if (slots[i].value == kEmpty) return kEmpty;
         if (slots[i].key == key) break;
       }
-      V* found = slots[i].value;
+      Value found = slots[i].value;
       std::uint64_t hole = i;
-      for (std::uint64_t j = (i + 1) & mask(); slots[j].value != nullptr; j = (j + 1) & mask()) {
+      for (std::uint64_t j = (i + 1) & mask(); slots[j].value != kEmpty; j = (j + 1) & mask()) {
         std::uint64_t h = home(slots[j].key);
         // Move j into the hole unless its home lies cyclically in (hole, j].
         bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
@@ -137,18 +152,18 @@ class AddressIndex {
           hole = j;
         }
       }
-      slots[hole] = Slot{0, nullptr};
+      slots[hole] = Slot{0, kEmpty};
       --used;
       return found;
     }
     // The old table only shrinks, and its migration cursor must not see
     // entries shift behind it, so erasing there leaves a tombstone.
-    V* erase_tombstone(std::uint64_t key) noexcept {
+    Value erase_tombstone(std::uint64_t key) noexcept {
       for (std::uint64_t i = home(key);; i = (i + 1) & mask()) {
         Slot& s = slots[i];
-        if (s.value == nullptr) return nullptr;
+        if (s.value == kEmpty) return kEmpty;
         if (s.key == key && s.value != tombstone()) {
-          V* found = s.value;
+          Value found = s.value;
           s.value = tombstone();
           return found;
         }
@@ -157,7 +172,7 @@ class AddressIndex {
     template <class F>
     void for_each(F& f) const {
       for (std::uint64_t i = 0; i < capacity(); ++i)
-        if (slots[i].value != nullptr && slots[i].value != tombstone()) f(slots[i].key, slots[i].value);
+        if (slots[i].value != kEmpty && slots[i].value != tombstone()) f(slots[i].key, slots[i].value);
     }
   };
 
@@ -179,7 +194,7 @@ class AddressIndex {
     if (end > cap) end = cap;
     for (; cursor_ < end; ++cursor_) {
       Slot& s = old_.slots[cursor_];
-      if (s.value != nullptr && s.value != tombstone()) {
+      if (s.value != kEmpty && s.value != tombstone()) {
         current_.place(s.key, s.value);
         s.value = tombstone();
       }

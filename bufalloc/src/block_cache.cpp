@@ -57,7 +57,7 @@ void BlockCache::release(std::uint64_t tag, CachedBlock block) {
     }
     ++counters_.dropped;
   }
-  (void)heap_.free(block.address);
+  (void)heap_.free(block.handle);
 }
 
 Size BlockCache::flush() {
@@ -72,7 +72,7 @@ Size BlockCache::flush() {
   Size freed = 0;
   for (auto& [tag, blocks] : idle)
     for (const CachedBlock& b : blocks) {
-      (void)heap_.free(b.address);
+      (void)heap_.free(b.handle);
       freed += b.size;
     }
   return freed;

@@ -88,14 +88,32 @@ ml_status ml_region_alloc(ml_region* region, uint64_t size, uint64_t alignment, 
   return guarded([&] {
     auto r = region->with([&](auto& reg) { return reg.allocate(size, alignment); });
     if (!r) return fail(r.error());
-    *out_address = r.value();
+    *out_address = r.value().address;
+    return ML_OK;
+  });
+}
+
+ml_status ml_region_alloc_block(ml_region* region, uint64_t size, uint64_t alignment, ml_block* out_block) {
+  if (region == nullptr || out_block == nullptr) return fail(Errc::invalid_argument);
+  return guarded([&] {
+    auto r = region->with([&](auto& reg) { return reg.allocate(size, alignment); });
+    if (!r) return fail(r.error());
+    const BlockHandle& h = r.value();
+    *out_block = ml_block{h.address, h.index, h.generation, h.region, 0};
     return ML_OK;
   });
 }
 
 ml_status ml_region_free(ml_region* region, uint64_t address) {
   if (region == nullptr) return fail(Errc::invalid_argument);
-  return from_result(region->with([&](auto& reg) { return reg.free(address); }));
+  // The first free by address builds the region's address index.
+  return guarded([&] { return from_result(region->with([&](auto& reg) { return reg.free(address); })); });
+}
+
+ml_status ml_region_free_block(ml_region* region, const ml_block* block) {
+  if (region == nullptr || block == nullptr) return fail(Errc::invalid_argument);
+  const BlockHandle h{block->address, block->index, block->generation, block->region};
+  return from_result(region->with([&](auto& reg) { return reg.free(h); }));
 }
 
 ml_status ml_region_reset(ml_region* region) {

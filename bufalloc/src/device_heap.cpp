@@ -78,7 +78,7 @@ void DeviceHeap::set_pressure_handler(std::function<bool(Size)> handler) {
 }
 
 // Newest segment first: it is the likeliest to have room.
-Result<Address> DeviceHeap::try_segments(Size size, Size alignment) {
+Result<BlockHandle> DeviceHeap::try_segments(Size size, Size alignment) {
   Error last{Errc::out_of_memory, size, alignment, 0, 0, 0};
   for (auto it = segments_.rbegin(); it != segments_.rend(); ++it) {
     Segment& s = **it;
@@ -149,7 +149,7 @@ Size DeviceHeap::release_empty(std::function<bool(const Segment&)> which, bool c
   return released;
 }
 
-Result<Address> DeviceHeap::allocate(Size size, Size alignment) {
+Result<BlockHandle> DeviceHeap::allocate(Size size, Size alignment) {
   // Refused before anything grows for it.
   if (size == 0) return Error{Errc::zero_size, size, alignment, 0, 0, 0};
   if (alignment != 0 && !power_of_two(alignment)) return Error{Errc::alignment_not_power_of_two, size, alignment, 0, 0, 0};
@@ -213,21 +213,38 @@ void DeviceHeap::after_free(Clock::time_point now) {
         true);
 }
 
+// The segment holding `address`, or nullptr. O(log segments).
+DeviceHeap::Segment* DeviceHeap::segment_of(Address address) const {
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return nullptr;
+  Segment* s = std::prev(it)->second;
+  return address - s->base < s->size ? s : nullptr;
+}
+
+void DeviceHeap::after_block_freed(Segment& s) {
+  if (!s.empty()) return;
+  const auto now = Clock::now();
+  s.empty_since = now;
+  s.cached = true;
+  after_free(now);
+}
+
+Result<void> DeviceHeap::free(BlockHandle block) {
+  std::lock_guard lock(mutex_);
+  Segment* s = segment_of(block.address);
+  if (s == nullptr) return Error{Errc::foreign_handle, 0, 0, block.address, 0, 0};
+  auto r = s->region.free(block);
+  if (r) after_block_freed(*s);
+  return r;
+}
+
 Result<void> DeviceHeap::free(Address address) {
   std::lock_guard lock(mutex_);
-  auto it = by_base_.upper_bound(address);
-  if (it == by_base_.begin()) return Error{Errc::address_outside_region, 0, 0, address, 0, 0};
-  Segment* s = std::prev(it)->second;
-  if (address - s->base >= s->size) return Error{Errc::address_outside_region, 0, 0, address, 0, 0};
+  Segment* s = segment_of(address);
+  if (s == nullptr) return Error{Errc::address_outside_region, 0, 0, address, 0, 0};
   auto r = s->region.free(address);
-  if (!r) return r;
-  if (s->empty()) {
-    const auto now = Clock::now();
-    s->empty_since = now;
-    s->cached = true;
-    after_free(now);
-  }
-  return {};
+  if (r) after_block_freed(*s);
+  return r;
 }
 
 Size DeviceHeap::trim(Size keep_bytes) {

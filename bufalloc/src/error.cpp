@@ -23,6 +23,8 @@ const char* errc_name(Errc code) noexcept {
     case Errc::invariant_violation: return "invariant_violation";
     case Errc::invalid_argument: return "invalid_argument";
     case Errc::host_out_of_memory: return "host_out_of_memory";
+    case Errc::stale_handle: return "stale_handle";
+    case Errc::foreign_handle: return "foreign_handle";
   }
   return "unknown_error";
 }
@@ -56,6 +58,12 @@ std::string Error::message() const {
     case Errc::invariant_violation: return name + ": allocator bookkeeping is inconsistent";
     case Errc::invalid_argument: return name + ": a required pointer argument is null";
     case Errc::host_out_of_memory: return name + ": host memory for the allocator's bookkeeping ran out";
+    case Errc::stale_handle:
+      return name + ": the handle of the block at address " + to_string(address) +
+             " is stale: that block was freed and its record now serves another block";
+    case Errc::foreign_handle:
+      return name + ": the handle of address " + to_string(address) +
+             " was not issued by this region (another region's, zero-initialised, or altered)";
   }
   return name;
 }

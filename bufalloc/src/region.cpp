@@ -22,8 +22,10 @@ Region::Region(Region&&) noexcept = default;
 Region& Region::operator=(Region&&) noexcept = default;
 Region::~Region() = default;
 
-Result<Address> Region::allocate(Size size, Size alignment) { return core_->allocate(size, alignment); }
+Result<BlockHandle> Region::allocate(Size size, Size alignment) { return core_->allocate(size, alignment); }
+Result<void> Region::free(BlockHandle block) { return core_->free(block); }
 Result<void> Region::free(Address address) { return core_->free(address); }
+bool Region::indexes_addresses() const noexcept { return core_->indexes_addresses(); }
 void Region::reset() { core_->reset(); }
 RegionStats Region::stats() const { return core_->stats(); }
 void Region::walk(const std::function<void(const BlockInfo&)>& visit) const { core_->walk(visit); }
@@ -31,5 +33,6 @@ Result<void> Region::check(std::string* what) const { return core_->check(what);
 Address Region::base() const noexcept { return core_->base(); }
 Size Region::size() const noexcept { return core_->size(); }
 Size Region::granularity() const noexcept { return core_->granularity(); }
+std::uint32_t Region::id() const noexcept { return core_->id(); }
 
 }  // namespace memlayer::bufalloc

@@ -1,37 +1,28 @@
-// The TLSF engine behind Region. Private: the public contract is region.hpp.
+// The TLSF engine behind Region. Private: the public contract is region.hpp,
+// the record layout block_record.hpp.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "address_index.hpp"
-#include "block_pool.hpp"
 #include "memlayer/bufalloc/region.hpp"
+#include "record_pool.hpp"
 #include "size_class.hpp"
 
 namespace memlayer::bufalloc::detail {
-
-// One block of the managed space. Lives on the host, never in the space.
-struct Block {
-  Address addr;
-  Size size;
-  Block* prev_phys;  // neighbours in address order
-  Block* next_phys;
-  Block* prev_free;  // size-class list links, meaningful while is_free
-  Block* next_free;
-  std::uint16_t fl;  // the size class it is filed under, while is_free
-  std::uint8_t sl;
-  bool is_free;
-};
 
 class RegionCore {
  public:
   RegionCore(Address base, Size usable, unsigned granularity_log2);
 
-  Result<Address> allocate(Size size, Size alignment);
+  Result<BlockHandle> allocate(Size size, Size alignment);
+  Result<void> free(BlockHandle block);
   Result<void> free(Address address);
+  bool indexes_addresses() const noexcept { return index_ != nullptr; }
   void reset();
   RegionStats stats() const;
   void walk(const std::function<void(const BlockInfo&)>& visit) const;
@@ -40,30 +31,44 @@ class RegionCore {
   Address base() const noexcept { return base_; }
   Size size() const noexcept { return size_; }
   Size granularity() const noexcept { return Size{1} << glog_; }
+  std::uint32_t id() const noexcept { return id_; }
 
  private:
   std::uint64_t units(Size bytes) const noexcept { return bytes >> glog_; }
-  void insert_free(Block* b) noexcept;
-  void remove_free(Block* b) noexcept;
-  Block* find_fast(std::uint64_t search_units) const noexcept;
-  Block* find_best(Size asize, Size alignment) const noexcept;
-  Address carve(Block* b, Size asize, Size alignment);
+  Address address_of(const BlockRecord& r) const noexcept { return base_ + (r.offset << glog_); }
+  // A block's size in granules: stored, or for a giant block up to the next
+  // block (block_record.hpp).
+  std::uint64_t units_of(const BlockRecord& r) const noexcept {
+    return r.size != kSizeFromNext ? r.size : records_[r.next_phys].offset - r.offset;
+  }
+  static void set_units(BlockRecord& r, std::uint64_t size_units) noexcept {
+    r.size = size_units < kSizeFromNext ? static_cast<std::uint32_t>(size_units) : kSizeFromNext;
+  }
+  void insert_free(RecordIndex i, std::uint64_t size_units) noexcept;
+  void unlink_free(RecordIndex i, std::uint64_t size_units, SizeClass c) noexcept;
+  RecordIndex find_fast(std::uint64_t search_units, SizeClass* found) const noexcept;
+  RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
+  BlockHandle carve(RecordIndex i, SizeClass c, std::uint64_t asize_units, Size alignment);
+  void release_block(RecordIndex i, bool indexed) noexcept;
+  Error handle_error(const BlockHandle& block) const noexcept;
   Error free_error(Address address) const noexcept;
   Error oom(Size size, Size alignment);
   Size largest_free() const noexcept;
+  void build_index();
   void init_space();
 
   Address base_;
   Size size_;
   unsigned glog_;
+  std::uint32_t id_;
 
   std::uint64_t fl_bitmap_ = 0;
   std::array<std::uint32_t, kFlCount> sl_bitmap_{};
-  std::array<std::array<Block*, kSlCount>, kFlCount> heads_{};
+  std::array<std::array<RecordIndex, kSlCount>, kFlCount> heads_{};
 
-  Block* first_ = nullptr;
-  BlockPool<Block> pool_;
-  AddressIndex<Block> index_;
+  RecordPool records_;
+  // Made by the first free(address); see region.hpp.
+  std::unique_ptr<AddressIndex> index_;
 
   Size used_ = 0;
   Size peak_ = 0;

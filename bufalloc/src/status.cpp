@@ -42,6 +42,8 @@ const char* ml_status_name(ml_status status) {
     case ML_ERROR_OUT_OF_RANGE: return "ML_ERROR_OUT_OF_RANGE";
     case ML_ERROR_NO_PATH: return "ML_ERROR_NO_PATH";
     case ML_ERROR_MISMATCH: return "ML_ERROR_MISMATCH";
+    case ML_ERROR_STALE_HANDLE: return "ML_ERROR_STALE_HANDLE";
+    case ML_ERROR_FOREIGN_HANDLE: return "ML_ERROR_FOREIGN_HANDLE";
   }
   return "ML_UNKNOWN_STATUS";
 }

@@ -12,7 +12,7 @@ ReplayResult replay_synthetic(bufalloc::Region& region, const SyntheticWorkload&
   std::mt19937_64 rng(w.seed);
   std::uniform_real_distribution<double> log_size(std::log2(static_cast<double>(w.min_size)),
                                                   std::log2(static_cast<double>(w.max_size)));
-  std::vector<std::pair<bufalloc::Address, bufalloc::Size>> live;
+  std::vector<std::pair<bufalloc::BlockHandle, bufalloc::Size>> live;
   ReplayResult result;
   // One step: free a random live block with probability p, else allocate.
   auto step = [&](double p) {
@@ -39,7 +39,7 @@ ReplayResult replay_synthetic(bufalloc::Region& region, const SyntheticWorkload&
 }
 
 std::string replay_trace(bufalloc::Region& region, std::istream& trace, ReplayResult& result) {
-  std::unordered_map<std::string, std::pair<bufalloc::Address, bufalloc::Size>> live;
+  std::unordered_map<std::string, std::pair<bufalloc::BlockHandle, bufalloc::Size>> live;
   std::string line;
   int number = 0;
   while (std::getline(trace, line)) {

@@ -18,6 +18,7 @@ BufferState::BufferState(std::shared_ptr<ContextState> context, std::uint64_t si
     : context_(std::move(context)),
       size_(size),
       flags_(flags),
+      device_blocks_(context_->by_location.size()),
       tracked(context_->engine, this, size, has_host_content(flags)) {
   if ((flags & mem::kUseHostPtr) != 0) {
     host_ = static_cast<std::byte*>(user_host_ptr);

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
+#include "memlayer/bufalloc/region.hpp"
 #include "memlayer/engine/engine.hpp"
 
 namespace memlayer::runtime::detail {
@@ -30,6 +32,12 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   std::byte* host();
   bool has_host() const { return host_ != nullptr; }
 
+  /// The allocator's handle for this buffer's storage at device location
+  /// `at`, kept so that freeing it needs no address lookup. Only
+  /// EngineHost::allocate() and free() use it, which the engine calls with
+  /// this buffer locked; each location has its own slot.
+  bufalloc::BlockHandle& device_block(engine::Location at) { return device_blocks_[at]; }
+
  private:
   struct FreeDeleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
@@ -38,6 +46,9 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   std::uint32_t flags_;
   std::byte* host_ = nullptr;  // the user's memory (USE_HOST_PTR) or owned_
   std::unique_ptr<std::byte, FreeDeleter> owned_;
+  // One slot per location of the context (ContextState::by_location); before
+  // `tracked`, so it outlives the frees that read it.
+  std::vector<bufalloc::BlockHandle> device_blocks_;
 
  public:
   /// Last, so it goes first: its storage is handed back while the host copy

@@ -2,6 +2,7 @@
 
 #include <new>
 #include <string>
+#include <utility>
 
 #include "buffer_state.hpp"
 #include "context_state.hpp"
@@ -67,25 +68,30 @@ engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::
     a.message = dev.info().name + ": " + r.error().message();
     return a;
   }
-  if (Status s = dev.driver().on_allocate(r.value(), size); !s.ok()) {
-    dev.memory->free(r.value());
+  const bufalloc::BlockHandle& block = r.value();
+  if (Status s = dev.driver().on_allocate(block.address, size); !s.ok()) {
+    dev.memory->free(block);
     a.message = dev.info().name + ": " + s.message;
     return a;
   }
+  // The engine keeps only the address; the handle stays with the buffer for free().
+  static_cast<BufferState*>(cookie)->device_block(at) = block;
   a.outcome = Outcome::ok;
-  a.handle = r.value();
+  a.handle = block.address;
   // Placed over storage an eviction freed, maybe still being read out?
-  for (const auto& fence : dev.memory->fences_over(r.value(), size)) {
+  for (const auto& fence : dev.memory->fences_over(block.address, size)) {
     fence->planner_retain(1);  // the reference the engine takes over
     a.fences.push_back(fence.get());
   }
   return a;
 }
 
-void EngineHost::free(engine::Location at, void*, engine::StorageHandle storage, std::uint64_t size,
+void EngineHost::free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,
                       std::span<const engine::Event> after) noexcept {
   if (at == kHost) return;  // the host copy is the BufferState's own
   DeviceState& dev = *context_.by_location[at];
+  // allocate() kept the handle of `storage` (its address) in the buffer.
+  const bufalloc::BlockHandle block = std::exchange(static_cast<BufferState*>(cookie)->device_block(at), {});
   std::vector<std::shared_ptr<EventState>> pending;
   for (engine::Event e : after)
     if (state(e)->status() > cl::kComplete) pending.push_back(state(e)->shared_from_this());
@@ -94,11 +100,11 @@ void EngineHost::free(engine::Location at, void*, engine::StorageHandle storage,
     std::lock_guard mem(dev.memory_mutex);
     dev.driver().on_free(storage, size);  // before the heap may hand the segment back
     if (pending.empty()) {
-      dev.memory->free(storage);
+      dev.memory->free(block);
     } else {
       // Quarantined: whatever is placed over it waits for the fence.
       fence = make_node(nullptr, nullptr);
-      dev.memory->free_after(storage, size, fence->event);
+      dev.memory->free_after(block, size, fence->event);
     }
   }
   // Work-less, and nothing waits on it yet: it can only complete, here or on

@@ -47,22 +47,23 @@ void GlobalMemory::collect() {
   if (heap_ && quarantine_.size() != before) heap_->trim(cache_cap_);
 }
 
-bufalloc::Result<DeviceAddress> GlobalMemory::allocate(std::uint64_t size, std::uint64_t alignment) {
+bufalloc::Result<bufalloc::BlockHandle> GlobalMemory::allocate(std::uint64_t size, std::uint64_t alignment) {
   collect();
   if (region_) return region_->allocate(size, alignment);
   if (heap_) return heap_->allocate(size, alignment);
   return bufalloc::Error{bufalloc::Errc::out_of_memory, size, alignment, 0, 0, 0};
 }
 
-void GlobalMemory::free(DeviceAddress address) {
-  if (region_) (void)region_->free(address);
-  else if (heap_) (void)heap_->free(address);
+void GlobalMemory::free(const bufalloc::BlockHandle& block) {
+  if (region_) (void)region_->free(block);
+  else if (heap_) (void)heap_->free(block);
 }
 
-void GlobalMemory::free_after(DeviceAddress address, std::uint64_t size, std::shared_ptr<EventState> fence) {
+void GlobalMemory::free_after(const bufalloc::BlockHandle& block, std::uint64_t size,
+                              std::shared_ptr<EventState> fence) {
   // Quarantine first: freeing may hand the segment back, and that must see it.
-  quarantine_.push_back({address, size, std::move(fence)});
-  free(address);
+  quarantine_.push_back({block.address, size, std::move(fence)});
+  free(block);
 }
 
 std::vector<std::shared_ptr<EventState>> GlobalMemory::fences_over(DeviceAddress address, std::uint64_t size) {

@@ -38,14 +38,15 @@ class GlobalMemory {
   [[nodiscard]] bool usable() const { return region_.has_value() || heap_ != nullptr; }
   [[nodiscard]] const std::string& setup_error() const { return setup_error_; }
 
-  /// A block of `size` bytes aligned to `alignment`; out_of_memory when the
-  /// device is full (the heap has already tried its own ladder: dropping
-  /// cached segments and retrying).
-  bufalloc::Result<DeviceAddress> allocate(std::uint64_t size, std::uint64_t alignment);
-  /// Frees a block nothing can still be using.
-  void free(DeviceAddress address);
+  /// A block of `size` bytes aligned to `alignment` (its address is
+  /// handle.address); out_of_memory when the device is full (the heap has
+  /// already tried its own ladder: dropping cached segments and retrying).
+  bufalloc::Result<bufalloc::BlockHandle> allocate(std::uint64_t size, std::uint64_t alignment);
+  /// Frees a block nothing can still be using, by the handle allocate() gave:
+  /// O(1), no address lookup.
+  void free(const bufalloc::BlockHandle& block);
   /// Frees a block whose last users finish with `fence`: see the file comment.
-  void free_after(DeviceAddress address, std::uint64_t size, std::shared_ptr<EventState> fence);
+  void free_after(const bufalloc::BlockHandle& block, std::uint64_t size, std::shared_ptr<EventState> fence);
   /// The quarantine fences a block placed at [address, + size) must wait for.
   [[nodiscard]] std::vector<std::shared_ptr<EventState>> fences_over(DeviceAddress address, std::uint64_t size);
 

@@ -11,9 +11,8 @@
 using memlayer::bufalloc::detail::AddressIndex;
 
 TEST(AddressIndex, MatchesAReferenceMapThroughGrowthAndMigration) {
-  AddressIndex<int> index;
-  std::unordered_map<std::uint64_t, int*> ref;
-  std::vector<int> values(1 << 16);
+  AddressIndex index;
+  std::unordered_map<std::uint64_t, AddressIndex::Value> ref;
   std::mt19937_64 rng(42);
   std::vector<std::uint64_t> keys;
   for (int step = 0; step < 400000; ++step) {
@@ -28,7 +27,7 @@ TEST(AddressIndex, MatchesAReferenceMapThroughGrowthAndMigration) {
     } else {
       const std::uint64_t key = (rng() % (1ull << 40)) * 64;  // aligned like block addresses
       if (ref.count(key)) continue;
-      int* v = &values[rng() % values.size()];
+      const auto v = static_cast<AddressIndex::Value>(1 + rng() % (1u << 16));  // 0 means absent
       index.insert(key, v);
       ref[key] = v;
       keys.push_back(key);
@@ -36,26 +35,26 @@ TEST(AddressIndex, MatchesAReferenceMapThroughGrowthAndMigration) {
     ASSERT_EQ(index.size(), ref.size());
     if (step % 997 == 0) {
       for (std::uint64_t key : keys) ASSERT_EQ(index.find(key), ref[key]);
-      ASSERT_EQ(index.find(1), nullptr);  // never a key: not 64-aligned
+      ASSERT_EQ(index.find(1), AddressIndex::kEmpty);  // never a key: not 64-aligned
     }
   }
   size_t visited = 0;
-  index.for_each([&](std::uint64_t key, int* v) {
+  index.for_each([&](std::uint64_t key, AddressIndex::Value v) {
     ++visited;
     EXPECT_EQ(ref.at(key), v);
   });
   EXPECT_EQ(visited, ref.size());
   index.clear();
   EXPECT_EQ(index.size(), 0u);
-  for (std::uint64_t key : keys) EXPECT_EQ(index.find(key), nullptr);
+  for (std::uint64_t key : keys) EXPECT_EQ(index.find(key), AddressIndex::kEmpty);
 }
 
 TEST(AddressIndex, EraseOfMissingKeyIsHarmless) {
-  AddressIndex<int> index;
-  int v = 0;
-  index.insert(128, &v);
-  EXPECT_EQ(index.erase(64), nullptr);
-  EXPECT_EQ(index.erase(128), &v);
-  EXPECT_EQ(index.erase(128), nullptr);
+  AddressIndex index;
+  const AddressIndex::Value v = 7;
+  index.insert(128, v);
+  EXPECT_EQ(index.erase(64), AddressIndex::kEmpty);
+  EXPECT_EQ(index.erase(128), v);
+  EXPECT_EQ(index.erase(128), AddressIndex::kEmpty);
   EXPECT_EQ(index.size(), 0u);
 }

@@ -78,7 +78,7 @@ TEST(DeviceHeap, GrowsBySegmentsAndSubAllocatesFromThem) {
   for (int i = 0; i < 200; ++i) {
     auto a = heap->allocate(4 * KiB);
     ASSERT_TRUE(a.ok()) << a.error().message();
-    blocks.push_back(a.value());
+    blocks.push_back(a.value().address);
   }
   EXPECT_EQ(dev.allocations, 1);  // 800 KiB fit the first 1 MiB segment
   auto big = heap->allocate(3 * MiB);  // larger than a segment: one of its own
@@ -114,7 +114,7 @@ TEST(DeviceHeap, EmptySegmentsAreCachedUpToTheCapThenGoBack) {
   NativeDevice dev(64 * MiB);
   auto heap = make_heap(dev, segments_of(1 * MiB, 2 * MiB));
   std::vector<Address> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(heap->allocate(1 * MiB).value());  // a segment each
+  for (int i = 0; i < 4; ++i) blocks.push_back(heap->allocate(1 * MiB).value().address);  // a segment each
   ASSERT_EQ(dev.allocations, 4);
   for (Address a : blocks) ASSERT_TRUE(heap->free(a).ok());
   HeapStats s = heap->stats();
@@ -132,7 +132,7 @@ TEST(DeviceHeap, TrimReleasesExactlyWhatItSays) {
   NativeDevice dev(64 * MiB);
   auto heap = make_heap(dev, segments_of(1 * MiB));
   std::vector<Address> blocks;
-  for (int i = 0; i < 5; ++i) blocks.push_back(heap->allocate(1 * MiB).value());
+  for (int i = 0; i < 5; ++i) blocks.push_back(heap->allocate(1 * MiB).value().address);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(heap->free(blocks[i]).ok());  // one stays live
   ASSERT_EQ(heap->stats().cached_bytes, 4 * MiB);
   const Size released = heap->trim(1 * MiB);
@@ -154,8 +154,8 @@ TEST(DeviceHeap, SegmentsTheRuntimeHoldsBackStayCachedUntilReleasable) {
   auto made = DeviceHeap::create(std::move(native), segments_of(1 * MiB, 0));
   ASSERT_TRUE(made.ok());
   auto heap = std::move(made).value();
-  const Address a = heap->allocate(1 * MiB).value();
-  const Address b = heap->allocate(1 * MiB).value();
+  const Address a = heap->allocate(1 * MiB).value().address;
+  const Address b = heap->allocate(1 * MiB).value().address;
   held.insert(a);
   ASSERT_TRUE(heap->free(a).ok());
   ASSERT_TRUE(heap->free(b).ok());
@@ -163,7 +163,7 @@ TEST(DeviceHeap, SegmentsTheRuntimeHoldsBackStayCachedUntilReleasable) {
   EXPECT_EQ(dev.live.count(a), 1u);
   EXPECT_EQ(heap->stats().cached_bytes, 1 * MiB);
   // Held, its space is still the heap's to hand out.
-  EXPECT_EQ(heap->allocate(1 * MiB).value(), a);
+  EXPECT_EQ(heap->allocate(1 * MiB).value().address, a);
   ASSERT_TRUE(heap->free(a).ok());
   // The out-of-memory ladder skips it too: 3 MiB cannot fit beside it.
   EXPECT_EQ(heap->allocate(3 * MiB).error().code, Errc::out_of_memory);
@@ -179,7 +179,7 @@ TEST(DeviceHeap, IdleSegmentsOlderThanMaxIdleGoBack) {
   HeapOptions o = segments_of(1 * MiB);
   o.max_idle = std::chrono::milliseconds(1);
   auto heap = make_heap(dev, o);
-  Address a = heap->allocate(1 * MiB).value();
+  Address a = heap->allocate(1 * MiB).value().address;
   ASSERT_TRUE(heap->free(a).ok());
   EXPECT_EQ(heap->stats().cached_bytes, 1 * MiB);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -191,7 +191,7 @@ TEST(DeviceHeap, RefusedGrowthReleasesCachedSegmentsSmallestFirstAndRetries) {
   NativeDevice dev(4 * MiB);
   auto heap = make_heap(dev, segments_of(1 * MiB));
   std::vector<Address> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(heap->allocate(1 * MiB).value());  // the device is full
+  for (int i = 0; i < 4; ++i) blocks.push_back(heap->allocate(1 * MiB).value().address);  // the device is full
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(heap->free(blocks[i]).ok());            // 3 MiB cached
   // 2 MiB fits no cached segment, the driver has nothing: two cached
   // segments go back, then the driver gives 2 MiB.
@@ -207,7 +207,7 @@ TEST(DeviceHeap, RefusedGrowthReleasesCachedSegmentsSmallestFirstAndRetries) {
 TEST(DeviceHeap, PressureHandlerIsAskedBeforeFailing) {
   NativeDevice dev(2 * MiB);
   auto heap = make_heap(dev, segments_of(1 * MiB, 0));
-  Address victim = heap->allocate(1 * MiB).value();
+  Address victim = heap->allocate(1 * MiB).value().address;
   ASSERT_TRUE(heap->allocate(1 * MiB).ok());
   int asked = 0;
   heap->set_pressure_handler([&](Size needed) {
@@ -247,10 +247,47 @@ TEST(DeviceHeap, BadInputsAreNamedErrors) {
   EXPECT_EQ(heap->allocate(0).error().code, Errc::zero_size);
   EXPECT_EQ(heap->allocate(64, 3).error().code, Errc::alignment_not_power_of_two);
   EXPECT_EQ(heap->free(12345).error().code, Errc::address_outside_region);
-  Address a = heap->allocate(4 * KiB).value();
+  Address a = heap->allocate(4 * KiB).value().address;
   EXPECT_EQ(heap->free(a + 256).error().code, Errc::not_block_start);
   ASSERT_TRUE(heap->free(a).ok());
   EXPECT_EQ(heap->free(a).error().code, Errc::double_free);
+  EXPECT_EQ(heap->stats().live_blocks, 0u);
+}
+
+TEST(DeviceHeap, FreeByHandleAndItsNamedErrors) {
+  NativeDevice dev(64 * MiB);
+  auto heap = make_heap(dev, segments_of(1 * MiB));
+  // Stale: its record now serves the next block of that segment.
+  auto a = heap->allocate(4 * KiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(heap->free(a.value()).ok());
+  auto c = heap->allocate(4 * KiB);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c.value().index, a.value().index);
+  const auto stale = heap->free(a.value());
+  EXPECT_EQ(stale.error().code, Errc::stale_handle);
+  EXPECT_NE(stale.error().message().find("stale"), std::string::npos);
+  EXPECT_EQ(heap->stats().live_blocks, 1u);
+
+  auto b = heap->allocate(2 * MiB);  // a segment of its own
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(heap->stats().segments, 2u);
+  ASSERT_TRUE(heap->free(b.value()).ok());
+  EXPECT_EQ(heap->stats().empty_segments, 1u);  // emptied by a handle free: cached
+  EXPECT_EQ(heap->free(b.value()).error().code, Errc::double_free);
+
+  // Foreign: a handle whose address is in no segment, and another heap's.
+  BlockHandle nowhere = c.value();
+  nowhere.address = 12345;
+  EXPECT_EQ(heap->free(nowhere).error().code, Errc::foreign_handle);
+  NativeDevice other_dev(64 * MiB);
+  auto other = make_heap(other_dev, segments_of(1 * MiB));
+  other_dev.next = dev.next - 2 * MiB;  // hand out the same addresses as this device did
+  BlockHandle theirs = other->allocate(4 * KiB).value();
+  EXPECT_EQ(heap->free(theirs).error().code, Errc::foreign_handle);
+  EXPECT_EQ(heap->stats().live_blocks, 1u);
+  EXPECT_TRUE(other->free(theirs).ok());
+  EXPECT_TRUE(heap->free(c.value()).ok());
   EXPECT_EQ(heap->stats().live_blocks, 0u);
 }
 
@@ -279,28 +316,31 @@ TEST(DeviceHeapConcurrency, ThreadsAllocateAndFreeAtOnce) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       std::mt19937 rng(t);
-      std::vector<Address> mine;
+      std::vector<BlockHandle> mine;
       for (int i = 0; i < 3000; ++i) {
         if (mine.empty() || rng() % 3 != 0) {
           auto a = heap->allocate(64 + rng() % (64 * KiB));
           ASSERT_TRUE(a.ok()) << a.error().message();
           std::lock_guard lock(live_mutex);
-          ASSERT_TRUE(live.insert(a.value()).second) << "handed out twice";
+          ASSERT_TRUE(live.insert(a.value().address).second) << "handed out twice";
           mine.push_back(a.value());
         } else {
-          const Address a = mine[rng() % mine.size()];
-          mine.erase(std::find(mine.begin(), mine.end(), a));
+          const std::size_t k = rng() % mine.size();
+          const BlockHandle a = mine[k];
+          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
           {
             std::lock_guard lock(live_mutex);
-            live.erase(a);
+            live.erase(a.address);
           }
-          ASSERT_TRUE(heap->free(a).ok());
+          // Odd threads free by address: the segments' address indexes are
+          // built and kept while the others free by handle.
+          ASSERT_TRUE((t % 2 == 0 ? heap->free(a) : heap->free(a.address)).ok());
         }
       }
-      for (Address a : mine) {
+      for (const BlockHandle& a : mine) {
         {
           std::lock_guard lock(live_mutex);
-          live.erase(a);
+          live.erase(a.address);
         }
         ASSERT_TRUE(heap->free(a).ok());
       }
@@ -323,12 +363,12 @@ TEST(BlockCache, ReusesABlockOfTheSameTagWithinTwiceTheRequest) {
   EXPECT_EQ(b.size, 1024u);  // the heap's granularity
   cache.release(7, b);
   CachedBlock again = cache.acquire(7, 1000).value();
-  EXPECT_EQ(again.address, b.address);
+  EXPECT_EQ(again.address(), b.address());
   cache.release(7, again);
-  EXPECT_NE(cache.acquire(7, 100).value().address, b.address);  // 1024 > 2 x 100
+  EXPECT_NE(cache.acquire(7, 100).value().address(), b.address());  // 1024 > 2 x 100
   CachedBlock bigger = cache.acquire(7, 4000).value();           // too small to serve it
-  EXPECT_NE(bigger.address, b.address);
-  EXPECT_NE(cache.acquire(8, 1000).value().address, b.address);  // another tag
+  EXPECT_NE(bigger.address(), b.address());
+  EXPECT_NE(cache.acquire(8, 1000).value().address(), b.address());  // another tag
   const CacheStats s = cache.stats();
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 4u);
@@ -363,7 +403,7 @@ TEST(BlockCache, ConcurrentUsersOfOneTagGetBlocksOfTheirOwn) {
   BlockCache cache(*heap);
   CachedBlock a = cache.acquire(3, 8 * KiB).value();
   CachedBlock b = cache.acquire(3, 8 * KiB).value();  // a is still out
-  EXPECT_NE(a.address, b.address);
+  EXPECT_NE(a.address(), b.address());
   cache.release(3, a);
   cache.release(3, b);
   EXPECT_EQ(cache.stats().idle_blocks, 2u);
@@ -410,11 +450,11 @@ TEST(BlockCacheConcurrency, ThreadsAcquireAndReleaseUnderSharedTags) {
         ASSERT_TRUE(b.ok());
         {
           std::lock_guard lock(live_mutex);
-          ASSERT_TRUE(live.insert(b.value().address).second) << "one block handed to two users";
+          ASSERT_TRUE(live.insert(b.value().address()).second) << "one block handed to two users";
         }
         {
           std::lock_guard lock(live_mutex);
-          live.erase(b.value().address);
+          live.erase(b.value().address());
         }
         cache.release(tag, b.value());
       }

@@ -1,5 +1,7 @@
 // LockedRegion under several threads: no two live blocks ever overlap, and
-// the bookkeeping is consistent afterwards.
+// the bookkeeping is consistent afterwards. Half the threads free by handle,
+// half by address, so the address index is built and kept up to date while
+// handle frees run alongside.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,16 +19,17 @@ TEST(LockedRegion, ConcurrentAllocateFreeKeepsBlocksDisjoint) {
   LockedRegion& region = made.value();
   constexpr int kThreads = 4;
   constexpr int kOps = 20000;
-  std::vector<std::vector<std::pair<Address, Size>>> kept(kThreads);
+  std::vector<std::vector<std::pair<BlockHandle, Size>>> kept(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
-      std::vector<std::pair<Address, Size>> live;
+      std::vector<std::pair<BlockHandle, Size>> live;
       for (int i = 0; i < kOps; ++i) {
         if (!live.empty() && rng() % 2 == 0) {
           const size_t k = rng() % live.size();
-          ASSERT_TRUE(region.free(live[k].first).ok());
+          const bool by_handle = t % 2 == 0;
+          ASSERT_TRUE((by_handle ? region.free(live[k].first) : region.free(live[k].first.address)).ok());
           live[k] = live.back();
           live.pop_back();
         } else {
@@ -43,11 +46,13 @@ TEST(LockedRegion, ConcurrentAllocateFreeKeepsBlocksDisjoint) {
   for (auto& th : threads) th.join();
 
   std::vector<std::pair<Address, Size>> all;
-  for (auto& v : kept) all.insert(all.end(), v.begin(), v.end());
+  for (auto& v : kept)
+    for (auto& [block, size] : v) all.emplace_back(block.address, size);
   std::sort(all.begin(), all.end());
   for (size_t i = 1; i < all.size(); ++i)
     ASSERT_LE(all[i - 1].first + all[i - 1].second, all[i].first) << "overlapping live blocks";
   EXPECT_EQ(region.stats().live_blocks, all.size());
   std::string what;
   EXPECT_TRUE(region.check(&what).ok()) << what;
+  EXPECT_TRUE(region.indexes_addresses());
 }

@@ -31,8 +31,8 @@ class RegionErrors : public ::testing::Test {
  protected:
   void SetUp() override {
     region_.emplace(std::move(Region::create(0x10000, 64 * 64, RegionOptions{64})).value());
-    a_ = region_->allocate(64 * 4).value();
-    b_ = region_->allocate(64 * 4).value();
+    a_ = region_->allocate(64 * 4).value().address;
+    b_ = region_->allocate(64 * 4).value().address;
     ASSERT_TRUE(region_->free(a_).ok());  // [a_ free][b_ live][rest free]
     before_ = snapshot(*region_);
   }
@@ -145,5 +145,9 @@ TEST(RegionErrorNames, EveryCodeHasADistinctName) {
   std::set<std::string> names;
   for (int c = 0; c <= static_cast<int>(Errc::host_out_of_memory); ++c)
     EXPECT_TRUE(names.insert(errc_name(static_cast<Errc>(c))).second) << c;
+  for (Errc c : {Errc::stale_handle, Errc::foreign_handle}) {
+    EXPECT_TRUE(names.insert(errc_name(c)).second) << static_cast<int>(c);
+    EXPECT_STRNE(errc_name(c), "unknown_error");
+  }
   EXPECT_STREQ(errc_name(static_cast<Errc>(999)), "unknown_error");
 }

@@ -60,10 +60,10 @@ TEST(Region, AllocationsAreInsideDisjointAndRounded) {
   for (Size size : {1u, 63u, 64u, 65u, 1000u, 4096u, 12345u}) {
     auto a = r.allocate(size);
     ASSERT_TRUE(a.ok()) << a.error().message();
-    EXPECT_EQ(a.value() % 64, 0u);
-    EXPECT_GE(a.value(), r.base());
-    EXPECT_LE(a.value() + size, r.base() + r.size());
-    got.emplace_back(a.value(), (size + 63) / 64 * 64);
+    EXPECT_EQ(a.value().address % 64, 0u);
+    EXPECT_GE(a.value().address, r.base());
+    EXPECT_LE(a.value().address + size, r.base() + r.size());
+    got.emplace_back(a.value().address, (size + 63) / 64 * 64);
   }
   for (size_t i = 0; i < got.size(); ++i)
     for (size_t j = i + 1; j < got.size(); ++j)
@@ -80,7 +80,7 @@ TEST(Region, AlignmentZeroOrSmallMeansGranularity) {
   for (Size align : {0u, 1u, 2u, 128u, 256u}) {
     auto a = r.allocate(10, align);
     ASSERT_TRUE(a.ok());
-    EXPECT_EQ(a.value() % 256, 0u) << "alignment " << align;
+    EXPECT_EQ(a.value().address % 256, 0u) << "alignment " << align;
   }
 }
 
@@ -89,13 +89,13 @@ TEST(Region, LargeAlignmentIsHonouredAndPaddingStaysUsable) {
   ASSERT_TRUE(r.allocate(64).ok());  // occupies [0, 64): the next 4 KiB boundary needs padding
   auto big = r.allocate(100, 4096);
   ASSERT_TRUE(big.ok());
-  EXPECT_EQ(big.value() % 4096, 0u);
-  EXPECT_EQ(big.value(), 4096u);
+  EXPECT_EQ(big.value().address % 4096, 0u);
+  EXPECT_EQ(big.value().address, 4096u);
   // The padding [64, 4096) is a free block, not waste: 63 more 64 B blocks fit there.
   for (int i = 0; i < 63; ++i) {
     auto a = r.allocate(64);
     ASSERT_TRUE(a.ok());
-    EXPECT_LT(a.value(), 4096u) << "padding was not reused";
+    EXPECT_LT(a.value().address, 4096u) << "padding was not reused";
   }
   expect_consistent(r);
 }
@@ -105,7 +105,7 @@ TEST(Region, AlignmentBeyondRegionBaseAlignment) {
   Region r = make(64, 4u << 20, 64);
   auto a = r.allocate(64, 1u << 20);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a.value() % (1u << 20), 0u);
+  EXPECT_EQ(a.value().address % (1u << 20), 0u);
   expect_consistent(r);
 }
 
@@ -115,7 +115,7 @@ TEST(Region, FillsToTheLastByte) {
   for (int i = 0; i < 1000; ++i) {
     auto a = r.allocate(64);
     ASSERT_TRUE(a.ok()) << "block " << i << ": " << a.error().message();
-    got.push_back(a.value());
+    got.push_back(a.value().address);
   }
   EXPECT_EQ(r.allocate(1).error().code, Errc::out_of_memory);
   EXPECT_EQ(r.stats().free_bytes, 0u);
@@ -127,7 +127,7 @@ TEST(Region, FillsToTheLastByte) {
 
 TEST(Region, FreeCoalescesWithBothNeighbours) {
   Region r = make(0, 64 * 4, 64);
-  Address a = r.allocate(64).value(), b = r.allocate(64).value(), c = r.allocate(64).value();
+  Address a = r.allocate(64).value().address, b = r.allocate(64).value().address, c = r.allocate(64).value().address;
   ASSERT_TRUE(r.free(a).ok());
   ASSERT_TRUE(r.free(c).ok());
   EXPECT_EQ(r.stats().free_blocks, 2u);  // [a] and [c + tail]
@@ -145,13 +145,13 @@ TEST(Region, NeverFullWhileAFittingBlockExists) {
   // 65 rounds up to 66 and misses the exact 65-granule hole. The fallback must
   // find it.
   Region r = make(0, 64 * 66, 64);
-  Address a = r.allocate(64 * 65).value();
+  Address a = r.allocate(64 * 65).value().address;
   ASSERT_TRUE(r.allocate(64).ok());
   ASSERT_TRUE(r.free(a).ok());
   const auto before = r.stats().slow_searches;
   auto again = r.allocate(64 * 65);
   ASSERT_TRUE(again.ok()) << again.error().message();
-  EXPECT_EQ(again.value(), a);
+  EXPECT_EQ(again.value().address, a);
   EXPECT_EQ(r.stats().slow_searches, before + 1);
   EXPECT_EQ(r.stats().failed_requests, 0u);
   expect_consistent(r);
@@ -162,11 +162,11 @@ TEST(Region, FallbackUsesRealAlignmentPadding) {
   // block of 64 + 960 worst-case padding and finds none; the hole still fits.
   Region r = make(0, 4096, 64);
   std::vector<Address> all;
-  for (int i = 0; i < 64; ++i) all.push_back(r.allocate(64).value());
+  for (int i = 0; i < 64; ++i) all.push_back(r.allocate(64).value().address);
   ASSERT_TRUE(r.free(1024).ok());
   auto a = r.allocate(64, 1024);
   ASSERT_TRUE(a.ok()) << a.error().message();
-  EXPECT_EQ(a.value(), 1024u);
+  EXPECT_EQ(a.value().address, 1024u);
   expect_consistent(r);
 }
 
@@ -175,16 +175,16 @@ TEST(Region, BestFitChosenByFallback) {
   // 133 rounds up to 136 and misses the O(1) path; the fallback must take the
   // exact 133-granule hole rather than split the 135 one.
   Region r = make(0, 64 * (135 + 1 + 133 + 1), 64);
-  Address h135 = r.allocate(64 * 135).value();
+  Address h135 = r.allocate(64 * 135).value().address;
   ASSERT_TRUE(r.allocate(64).ok());
-  Address h133 = r.allocate(64 * 133).value();
+  Address h133 = r.allocate(64 * 133).value().address;
   ASSERT_TRUE(r.allocate(64).ok());
   ASSERT_TRUE(r.free(h135).ok());
   ASSERT_TRUE(r.free(h133).ok());
   const auto slow_before = r.stats().slow_searches;
   auto a = r.allocate(64 * 133);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a.value(), h133);
+  EXPECT_EQ(a.value().address, h133);
   EXPECT_EQ(r.stats().slow_searches, slow_before + 1);
   EXPECT_EQ(r.stats().largest_free, 64u * 135);
   expect_consistent(r);
@@ -193,7 +193,7 @@ TEST(Region, BestFitChosenByFallback) {
 TEST(Region, StatisticsTrackUsePeakAndFragmentation) {
   Region r = make(0, 64 * 100, 64);
   std::vector<Address> got;
-  for (int i = 0; i < 10; ++i) got.push_back(r.allocate(640).value());
+  for (int i = 0; i < 10; ++i) got.push_back(r.allocate(640).value().address);
   EXPECT_EQ(r.stats().used_bytes, 6400u);
   EXPECT_EQ(r.stats().peak_used_bytes, 6400u);
   for (int i = 0; i < 10; i += 2) ASSERT_TRUE(r.free(got[i]).ok());
@@ -210,9 +210,9 @@ TEST(Region, StatisticsTrackUsePeakAndFragmentation) {
 
 TEST(Region, LargestFreeFollowsSplitsAndMerges) {
   Region r = make(0, 64 * 64, 64);
-  Address a = r.allocate(64 * 32).value();
+  Address a = r.allocate(64 * 32).value().address;
   EXPECT_EQ(r.stats().largest_free, 64u * 32);
-  Address b = r.allocate(64 * 16).value();
+  Address b = r.allocate(64 * 16).value().address;
   EXPECT_EQ(r.stats().largest_free, 64u * 16);
   ASSERT_TRUE(r.free(a).ok());
   EXPECT_EQ(r.stats().largest_free, 64u * 32);
@@ -223,7 +223,7 @@ TEST(Region, LargestFreeFollowsSplitsAndMerges) {
 
 TEST(Region, WalkTilesTheSpaceInAddressOrder) {
   Region r = make(1024, 64 * 50, 64);
-  Address a = r.allocate(128).value();
+  Address a = r.allocate(128).value().address;
   ASSERT_TRUE(r.allocate(64).ok());
   ASSERT_TRUE(r.free(a).ok());
   auto bl = blocks(r);
@@ -260,10 +260,10 @@ TEST(Region, AddressesAtTheTopOfThe64BitSpace) {
   ASSERT_TRUE(a.ok());
   auto b = r.allocate(Size{1} << 19);
   ASSERT_TRUE(b.ok()) << b.error().message();
-  EXPECT_EQ(b.value() + (Size{1} << 19) - 1, r.base() + r.size() - 1);
+  EXPECT_EQ(b.value().address + (Size{1} << 19) - 1, r.base() + r.size() - 1);
   EXPECT_EQ(r.allocate(1).error().code, Errc::out_of_memory);
-  ASSERT_TRUE(r.free(a.value()).ok());
-  ASSERT_TRUE(r.free(b.value()).ok());
+  ASSERT_TRUE(r.free(a.value().address).ok());
+  ASSERT_TRUE(r.free(b.value().address).ok());
   expect_consistent(r);
 }
 
@@ -276,7 +276,7 @@ TEST(Region, NoLimitOnLiveBlocks) {
   for (int i = 0; i < kBlocks; ++i) {
     auto a = r.allocate(64);
     ASSERT_TRUE(a.ok()) << i;
-    got.push_back(a.value());
+    got.push_back(a.value().address);
   }
   EXPECT_EQ(r.stats().live_blocks, static_cast<std::uint64_t>(kBlocks));
   expect_consistent(r);
@@ -291,8 +291,68 @@ TEST(Region, NoLimitOnLiveBlocks) {
 
 TEST(Region, MovedRegionKeepsItsBlocks) {
   Region r = make(0, 1 << 16, 64);
-  Address a = r.allocate(100).value();
+  Address a = r.allocate(100).value().address;
   Region moved = std::move(r);
   EXPECT_TRUE(moved.free(a).ok());
   expect_consistent(moved);
+}
+
+// A record keeps sizes below 2^32 granules; bigger blocks take their size
+// from the next block's offset (bufalloc/src/block_record.hpp). Splits, merges
+// and the best-fit fallback across that boundary, checked against the walk.
+TEST(Region, BlocksOf2To32GranulesAndMoreKeepExactSizes) {
+  const Size g = 64;
+  const Size huge = Size{1} << 40;  // 2^34 granules
+  Region r = make(0, huge, g);
+  const Size big = (Size{1} << 32) * g + 3 * g;  // just past the 32-bit size field
+  auto a = r.allocate(100);
+  auto b = r.allocate(big);
+  auto c = r.allocate(big, Size{1} << 36);  // with padding in front, and a giant hole after
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(c.value().address % (Size{1} << 36), 0u);
+  expect_consistent(r);
+  Size sum = 0;
+  bool saw_big = false;
+  for (const BlockInfo& info : blocks(r)) {
+    sum += info.size;
+    if (!info.free && info.size == big) saw_big = true;
+  }
+  EXPECT_EQ(sum, huge);
+  EXPECT_TRUE(saw_big);
+  EXPECT_EQ(r.stats().used_bytes, 128 + 2 * big);
+  ASSERT_TRUE(r.free(b.value()).ok());  // a giant live block, merged with the padding after it
+  expect_consistent(r);
+  EXPECT_GE(r.stats().largest_free, big);
+  auto again = r.allocate(big - g);  // reuses part of it
+  ASSERT_TRUE(again.ok());
+  expect_consistent(r);
+  ASSERT_TRUE(r.free(c.value()).ok());
+  ASSERT_TRUE(r.free(a.value()).ok());
+  ASSERT_TRUE(r.free(again.value()).ok());
+  expect_consistent(r);
+  EXPECT_EQ(r.stats().free_blocks, 1u);
+  EXPECT_EQ(r.stats().largest_free, huge);
+}
+
+// free(handle) needs no address index; the first free(address) builds it and
+// from then on every allocate and free keeps it.
+TEST(Region, TheAddressIndexExistsOnlyOnceAnAddressWasFreed) {
+  Region r = make(0, 1 << 20);
+  std::vector<BlockHandle> held;
+  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(64 + 64 * static_cast<Size>(i % 5)).value());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(r.free(held[static_cast<std::size_t>(i)]).ok());
+  EXPECT_FALSE(r.indexes_addresses());
+  ASSERT_TRUE(r.free(held[50].address).ok());  // builds it over the 49 live blocks
+  EXPECT_TRUE(r.indexes_addresses());
+  expect_consistent(r);  // check() verifies the index holds exactly the live blocks
+  auto fresh = r.allocate(128);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(r.free(fresh.value().address).ok());  // found through the index
+  for (std::size_t i = 51; i < 100; i += 2) ASSERT_TRUE(r.free(held[i]).ok());
+  for (std::size_t i = 52; i < 100; i += 2) ASSERT_TRUE(r.free(held[i].address).ok());
+  expect_consistent(r);
+  EXPECT_EQ(r.stats().live_blocks, 0u);
+  r.reset();
+  EXPECT_TRUE(r.indexes_addresses());  // it stays, empty
+  expect_consistent(r);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 using memlayer::drivers::DeviceArena;
+using memlayer::drivers::DeviceBlock;
 using memlayer::drivers::DeviceMemory;
 
 TEST(DeviceArena, LocateChecksEveryRange) {
@@ -50,19 +51,21 @@ TEST(DeviceMemory, BlocksAreAlignedDisjointAndInsideTheArena) {
   auto m = DeviceMemory::create("dev", 1 << 20, 0, 128);
   ASSERT_TRUE(m.ok()) << m.error();
   DeviceMemory& mem = m.value();
-  std::vector<std::byte*> blocks;
+  std::vector<DeviceBlock> blocks;
   for (int i = 0; i < 64; ++i) {
     auto b = mem.allocate(1000 + i);
     ASSERT_TRUE(b.ok()) << b.error();
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.value()) % 128, 0u);
-    EXPECT_TRUE(mem.arena().contains(b.value(), 1000 + i));
-    std::memset(b.value(), i, 1000 + i);
+    std::byte* data = b.value().data;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(data) % 128, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(data), b.value().handle.address);
+    EXPECT_TRUE(mem.arena().contains(data, 1000 + i));
+    std::memset(data, i, 1000 + i);
     blocks.push_back(b.value());
   }
   for (int i = 0; i < 64; ++i)  // no block overwrote another
-    EXPECT_EQ(static_cast<int>(blocks[i][999 + i]), i);
+    EXPECT_EQ(static_cast<int>(blocks[i].data[999 + i]), i);
   EXPECT_EQ(mem.stats().live_blocks, 64u);
-  for (std::byte* b : blocks) ASSERT_TRUE(mem.free(b).ok());
+  for (const DeviceBlock& b : blocks) ASSERT_TRUE(mem.free(b.handle).ok());
   EXPECT_EQ(mem.stats().live_blocks, 0u);
   EXPECT_EQ(mem.stats().free_bytes, mem.stats().total_bytes);
 }
@@ -79,7 +82,7 @@ TEST(DeviceMemory, FullMemoryFailsWithFiguresAndRecovers) {
   EXPECT_NE(fail.error().find("out_of_memory"), std::string::npos) << fail.error();
   EXPECT_NE(fail.error().find("524288"), std::string::npos) << fail.error();  // the request
   EXPECT_EQ(mem.stats().failed_requests, 1u);
-  ASSERT_TRUE(mem.free(big.value()).ok());
+  ASSERT_TRUE(mem.free(big.value().handle).ok());
   EXPECT_TRUE(mem.allocate(512 << 10).ok());  // works again once memory is released
 }
 
@@ -88,12 +91,35 @@ TEST(DeviceMemory, BadFreeAndBadCreateAreErrors) {
   ASSERT_TRUE(m.ok());
   auto b = m.value().allocate(256);
   ASSERT_TRUE(b.ok());
-  auto wrong = m.value().free(b.value() + 64);  // not a block start
+  auto wrong = m.value().free(b.value().data + 64);  // not a block start
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.error().find("dev"), std::string::npos);
   EXPECT_EQ(m.value().stats().live_blocks, 1u);  // changed nothing
-  ASSERT_TRUE(m.value().free(b.value()).ok());
-  EXPECT_FALSE(m.value().free(b.value()).ok());  // double free
+  ASSERT_TRUE(m.value().free(b.value().data).ok());  // by pointer
+  auto twice = m.value().free(b.value().handle);     // then by handle
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().find("double_free"), std::string::npos) << twice.error();
+  EXPECT_FALSE(m.value().free(b.value().data).ok());  // double free by pointer
+
+  // A handle of another device's memory names that, and frees nothing here.
+  auto other = DeviceMemory::create("dev2", 1 << 20, 0, 64);
+  ASSERT_TRUE(other.ok());
+  auto mine = m.value().allocate(256);
+  auto theirs = other.value().allocate(256);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  auto foreign = m.value().free(theirs.value().handle);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.error().find("foreign_handle"), std::string::npos) << foreign.error();
+  EXPECT_EQ(m.value().stats().live_blocks, 1u);
+  EXPECT_EQ(other.value().stats().live_blocks, 1u);
+  // A stale one: the block freed, its record serving the next block.
+  ASSERT_TRUE(m.value().free(mine.value().handle).ok());
+  auto next = m.value().allocate(256);
+  ASSERT_TRUE(next.ok());
+  auto stale = m.value().free(mine.value().handle);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.error().find("stale_handle"), std::string::npos) << stale.error();
+  EXPECT_EQ(m.value().stats().live_blocks, 1u);  // the next block is still live
 
   auto bad = DeviceMemory::create("dev", 1 << 20, 0, 96);
   ASSERT_FALSE(bad.ok());

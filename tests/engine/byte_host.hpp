@@ -92,10 +92,13 @@ class ByteHost final : public Host {
       return a;
     }
     a.outcome = Allocation::Outcome::ok;
-    a.handle = r.value();
+    // The engine names storage by address, so this host frees by address
+    // (the region's address index), as a C API user would.
+    const bufalloc::Address address = r.value().address;
+    a.handle = address;
     ++live_storage;
     for (const Quarantine& q : quarantine_) {
-      if (q.at == at && !q.fence->done && q.offset < r.value() + size && r.value() < q.offset + q.size) {
+      if (q.at == at && !q.fence->done && q.offset < address + size && address < q.offset + q.size) {
         ++q.fence->refs;  // handed to the engine
         a.fences.push_back(q.fence);
       }

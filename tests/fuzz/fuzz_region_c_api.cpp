@@ -1,12 +1,15 @@
 // libFuzzer target for the C API. The input is a little program: a region
-// geometry, then operations (allocate, free a live block, free an arbitrary
-// address, reset, linear-allocator calls). After every operation the results
-// are checked against a reference set of live blocks and, regularly, against
-// the allocator's own invariant checker. Any disagreement traps.
+// geometry, then operations (allocate by address or as a block handle, free a
+// live block by handle or by address, free an arbitrary address, free a dead
+// or foreign handle, reset, linear-allocator calls). After every operation
+// the results are checked against a reference set of live blocks and,
+// regularly, against the allocator's own invariant checker. A refused free
+// must change nothing. Any disagreement traps.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "memlayer/bufalloc.h"
 
@@ -36,14 +39,26 @@ void require(bool ok) {
   if (!ok) fail();
 }
 
-bool overlaps(const std::map<std::uint64_t, std::uint64_t>& live, std::uint64_t a, std::uint64_t size) {
+struct Live {
+  std::uint64_t size;  // rounded to the granularity
+  ml_block block;      // all zero when allocated by address
+  bool has_handle;
+};
+
+bool overlaps(const std::map<std::uint64_t, Live>& live, std::uint64_t a, std::uint64_t size) {
   auto next = live.lower_bound(a);
   if (next != live.end() && next->first < a + size) return true;
   if (next != live.begin()) {
     auto prev = std::prev(next);
-    if (prev->first + prev->second > a) return true;
+    if (prev->first + prev->second.size > a) return true;
   }
   return false;
+}
+
+std::uint64_t live_blocks(const ml_region* region) {
+  ml_region_stats st{};
+  require(ml_region_get_stats(region, &st) == ML_OK);
+  return st.live_blocks;
 }
 
 }  // namespace
@@ -63,48 +78,88 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   ml_linear* linear = nullptr;
   require(ml_linear_create(base, region_size == 0 ? 1 : region_size, &linear) == ML_OK);
+  // Same geometry: its handles differ from the region's only by region id.
+  ml_region* other = nullptr;
+  require(ml_region_create(base, region_size, granularity, flags, &other) == ML_OK);
 
-  std::map<std::uint64_t, std::uint64_t> live;  // address -> rounded size
+  std::map<std::uint64_t, Live> live;  // by address
+  std::vector<ml_block> dead;          // handles of freed blocks
   ml_linear_mark mark{};
   require(ml_linear_mark_get(linear, &mark) == ML_OK);
   int steps = 0;
   while (!in.empty()) {
     const std::uint8_t op = in.take<std::uint8_t>();
-    switch (op % 6) {
+    switch (op % 9) {
       case 0:
-      case 1: {  // allocate
+      case 1:
+      case 6: {  // allocate: by address (0) or as a block handle (1, 6)
         const std::uint64_t want = in.take<std::uint16_t>() * (std::uint64_t{1} << (op >> 4));
         const std::uint8_t a = in.take<std::uint8_t>();
         const std::uint64_t align = a == 0 ? 0 : (a < 64 ? std::uint64_t{1} << a : a);
         std::uint64_t addr = 0;
-        const ml_status s = ml_region_alloc(region, want, align, &addr);
+        ml_block block{};
+        const bool as_block = op % 9 != 0;
+        const ml_status s = as_block ? ml_region_alloc_block(region, want, align, &block)
+                                     : ml_region_alloc(region, want, align, &addr);
+        if (as_block) addr = block.address;
         if (s == ML_OK) {
           const std::uint64_t rounded = (want + granularity - 1) / granularity * granularity;
           require(want != 0 && addr % granularity == 0);
           require(align == 0 || addr % align == 0);
           require(addr >= base && addr - base + rounded <= region_size);
           require(!overlaps(live, addr, rounded));
-          live[addr] = rounded;
+          live[addr] = Live{rounded, block, as_block};
         } else {
           require(s == ML_ERROR_ZERO_SIZE || s == ML_ERROR_OUT_OF_MEMORY || s == ML_ERROR_SIZE_OVERFLOW ||
                   s == ML_ERROR_ALIGNMENT_NOT_POWER_OF_TWO || s == ML_ERROR_ALIGNMENT_OVERFLOW);
         }
         break;
       }
-      case 2: {  // free a live block
+      case 2:
+      case 7: {  // free a live block: by handle when it has one (mostly), else by address
         if (live.empty()) break;
         auto it = live.lower_bound(base + in.take<std::uint32_t>() % (region_size + 1));
         if (it == live.end()) it = live.begin();
-        require(ml_region_free(region, it->first) == ML_OK);
+        const bool by_handle = it->second.has_handle && op % 9 == 7;
+        require((by_handle ? ml_region_free_block(region, &it->second.block) : ml_region_free(region, it->first)) ==
+                ML_OK);
+        if (it->second.has_handle && dead.size() < 256) dead.push_back(it->second.block);
         live.erase(it);
+        break;
+      }
+      case 8: {  // a dead, foreign or altered handle: refused, by name, changing nothing
+        const std::uint64_t before = live_blocks(region);
+        const std::uint8_t sub = in.take<std::uint8_t>();
+        ml_status s = ML_OK;
+        if (sub % 3 == 0 && !dead.empty()) {
+          s = ml_region_free_block(region, &dead[sub % dead.size()]);
+          require(s == ML_ERROR_DOUBLE_FREE || s == ML_ERROR_STALE_HANDLE);
+        } else if (sub % 3 == 1) {
+          ml_block theirs{};
+          if (ml_region_alloc_block(other, 1 + sub, 0, &theirs) != ML_OK) {
+            require(ml_region_reset(other) == ML_OK);
+            break;
+          }
+          s = ml_region_free_block(region, &theirs);
+          require(s == ML_ERROR_FOREIGN_HANDLE);
+        } else {
+          ml_block altered{};
+          for (auto& [a, l] : live)
+            if (l.has_handle) altered = l.block;
+          altered.index ^= 1u + (sub >> 2);  // another record, or none at all
+          s = ml_region_free_block(region, &altered);
+          require(s == ML_ERROR_FOREIGN_HANDLE || s == ML_ERROR_STALE_HANDLE || s == ML_ERROR_DOUBLE_FREE);
+        }
+        require(live_blocks(region) == before);
         break;
       }
       case 3: {  // free an arbitrary address: must fail unless it starts a live block
         const std::uint64_t addr = base + in.take<std::uint32_t>() - 0x100;
         const ml_status s = ml_region_free(region, addr);
-        if (live.count(addr) != 0) {
+        if (auto it = live.find(addr); it != live.end()) {
           require(s == ML_OK);
-          live.erase(addr);
+          if (it->second.has_handle && dead.size() < 256) dead.push_back(it->second.block);
+          live.erase(it);
         } else {
           require(s == ML_ERROR_ADDRESS_OUTSIDE_REGION || s == ML_ERROR_NOT_BLOCK_START || s == ML_ERROR_DOUBLE_FREE);
         }
@@ -113,6 +168,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 4: {  // reset, rarely
         if (in.take<std::uint8_t>() < 8) {
           require(ml_region_reset(region) == ML_OK);
+          for (auto& [a, l] : live)
+            if (l.has_handle && dead.size() < 256) dead.push_back(l.block);  // stale from now on
           live.clear();
         }
         break;
@@ -142,6 +199,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   require(st.live_blocks == live.size());
   require(ml_region_check(region) == ML_OK);
   ml_linear_destroy(linear);
+  ml_region_destroy(other);
   ml_region_destroy(region);
   return 0;
 }

@@ -5,7 +5,10 @@
  *   ml_region: the global-space allocator. Hands out address ranges of one
  *              contiguous space [base, base + size) in O(1), coalesces on
  *              free, never reports full while a fitting free block exists,
- *              and has no limit on live blocks.
+ *              and has no limit on live blocks. Blocks come as an ml_block
+ *              handle (ml_region_alloc_block, freed in O(1) without a
+ *              lookup) or as a bare address (ml_region_alloc, freed through
+ *              an address index the region keeps once it is first needed).
  *   ml_linear: the local-space allocator. A stack for one kernel launch's
  *              local buffers: O(1) aligned bump allocation, mark/rollback,
  *              reset.
@@ -64,6 +67,18 @@ typedef struct ml_region_stats {
   double fragmentation;     /* 1 - largest_free / free_bytes; 0 if nothing free */
 } ml_region_stats;
 
+/* A block as ml_region_alloc_block hands it out and ml_region_free_block
+ * takes it back: its address, plus the name of its bookkeeping record. A
+ * plain value: copy and store it as it is. Only the region that issued it
+ * can free it, once; a handle of all zeros is never valid. */
+typedef struct ml_block {
+  uint64_t address;    /* the block's first byte */
+  uint32_t index;      /* its record in the region */
+  uint32_t generation; /* the record's use count when the block was made */
+  uint32_t region;     /* the id of the issuing region */
+  uint32_t reserved;   /* 0; ignored */
+} ml_block;
+
 /* Creates a region managing [base, base + size). Every block address and size
  * is a multiple of `granularity` (a power of two, e.g. the device's base
  * address alignment); base must be a multiple of it; the usable size is size
@@ -78,26 +93,48 @@ ml_status ml_region_create(uint64_t base, uint64_t size, uint64_t granularity, u
  * NULL is ignored. No other call on the region may be running. O(blocks). */
 void ml_region_destroy(ml_region* region);
 
-/* Reserves `size` bytes at a multiple of `alignment` and writes the address to
- * *out_address. alignment 0 means the granularity; any power of two is
- * accepted. size is rounded up to the granularity.
- * Errors: INVALID_ARGUMENT, ZERO_SIZE, SIZE_OVERFLOW,
- * ALIGNMENT_NOT_POWER_OF_TWO, ALIGNMENT_OVERFLOW, OUT_OF_MEMORY (only when no
- * free block fits), HOST_OUT_OF_MEMORY.
+/* Reserves `size` bytes at a multiple of `alignment` and writes its handle to
+ * *out_block (the address is out_block->address). alignment 0 means the
+ * granularity; any power of two is accepted. size is rounded up to the
+ * granularity.
+ * Errors: INVALID_ARGUMENT (region or out_block NULL), ZERO_SIZE,
+ * SIZE_OVERFLOW, ALIGNMENT_NOT_POWER_OF_TWO, ALIGNMENT_OVERFLOW,
+ * OUT_OF_MEMORY (only when no free block fits), HOST_OUT_OF_MEMORY.
  * O(1) in the number of live blocks; when the O(1) search fails, a fallback
- * best-fit scan of the request's size classes. Thread-safe with
+ * best-fit scan of the request's size classes; plus one hash insert once
+ * ml_region_free has been called on this region. Thread-safe with
  * ML_REGION_THREAD_SAFE. */
+ml_status ml_region_alloc_block(ml_region* region, uint64_t size, uint64_t alignment, ml_block* out_block);
+
+/* Frees the block *block names, coalescing it with free neighbours: the fast
+ * way to free, no lookup. Errors (nothing changes): INVALID_ARGUMENT (region
+ * or block NULL), FOREIGN_HANDLE (not issued by this region: another
+ * region's, zeroed, or altered), DOUBLE_FREE (its block was freed already),
+ * STALE_HANDLE (its block was freed and its record serves, or has served,
+ * another block since: that block is never freed by mistake).
+ * O(1), errors included; plus one hash erase once ml_region_free has been
+ * called on this region. Thread-safe with ML_REGION_THREAD_SAFE. */
+ml_status ml_region_free_block(ml_region* region, const ml_block* block);
+
+/* As ml_region_alloc_block, but writes only the address to *out_address: for
+ * callers that will free with ml_region_free. Same errors and cost. */
 ml_status ml_region_alloc(ml_region* region, uint64_t size, uint64_t alignment, uint64_t* out_address);
 
-/* Frees the block that starts at `address`, coalescing it with free
- * neighbours. Errors (nothing changes): INVALID_ARGUMENT,
- * ADDRESS_OUTSIDE_REGION, NOT_BLOCK_START, DOUBLE_FREE.
- * O(1) on success; O(blocks) on the error path. Thread-safe with
- * ML_REGION_THREAD_SAFE. */
+/* Frees the block that starts at `address` (from either alloc function),
+ * coalescing it with free neighbours. The first call on a region builds an
+ * index of the live blocks' addresses, O(live blocks) once and 43-85 bytes of
+ * host memory per live block; from then on every alloc and free of the region
+ * keeps it up to date (one hash operation each). Callers that can keep the
+ * ml_block should free with ml_region_free_block instead.
+ * Errors (nothing changes): INVALID_ARGUMENT, ADDRESS_OUTSIDE_REGION,
+ * NOT_BLOCK_START, DOUBLE_FREE, HOST_OUT_OF_MEMORY (building the index).
+ * O(1) expected after the first call; O(blocks) on the error path.
+ * Thread-safe with ML_REGION_THREAD_SAFE. */
 ml_status ml_region_free(ml_region* region, uint64_t address);
 
-/* Frees every block at once (peak and failed-request counters are kept).
- * Errors: INVALID_ARGUMENT. O(blocks). Thread-safe with ML_REGION_THREAD_SAFE. */
+/* Frees every block at once (peak and failed-request counters are kept); every
+ * ml_block from before becomes stale. Errors: INVALID_ARGUMENT.
+ * O(the most blocks the region ever had). Thread-safe with ML_REGION_THREAD_SAFE. */
 ml_status ml_region_reset(ml_region* region);
 
 /* Writes the region's statistics to *out. Errors: INVALID_ARGUMENT.

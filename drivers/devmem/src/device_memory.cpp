@@ -3,6 +3,7 @@
 #include <hwloc.h>
 
 #include <mutex>
+#include <new>
 #include <utility>
 
 namespace memlayer::drivers {
@@ -133,15 +134,25 @@ DevResult<DeviceMemory> DeviceMemory::create(std::string name, std::uint64_t siz
 DeviceMemory::DeviceMemory(std::string name, DeviceArena arena, std::unique_ptr<bufalloc::LockedRegion> region)
     : name_(std::move(name)), arena_(std::move(arena)), region_(std::move(region)) {}
 
-DevResult<std::byte*> DeviceMemory::allocate(std::uint64_t size, std::uint64_t alignment) {
+DevResult<DeviceBlock> DeviceMemory::allocate(std::uint64_t size, std::uint64_t alignment) {
   auto a = region_->allocate(size, alignment);
   if (!a.ok()) return name_ + ": " + a.error().message();
-  return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(a.value()));
+  return DeviceBlock{reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(a.value().address)), a.value()};
+}
+
+DevResult<void> DeviceMemory::free(const bufalloc::BlockHandle& block) {
+  auto r = region_->free(block);
+  if (!r.ok()) return name_ + ": " + r.error().message();
+  return {};
 }
 
 DevResult<void> DeviceMemory::free(const std::byte* block) {
-  auto r = region_->free(reinterpret_cast<std::uintptr_t>(block));
-  if (!r.ok()) return name_ + ": " + r.error().message();
+  try {
+    auto r = region_->free(reinterpret_cast<std::uintptr_t>(block));
+    if (!r.ok()) return name_ + ": " + r.error().message();
+  } catch (const std::bad_alloc&) {  // building the address index
+    return name_ + ": " + bufalloc::Error{bufalloc::Errc::host_out_of_memory}.message();
+  }
   return {};
 }
 

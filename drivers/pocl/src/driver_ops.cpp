@@ -9,6 +9,7 @@
 // (from basic: they work on any host-addressable device pointer, which the
 // arena's are), and the event and queue condition-variable plumbing (from
 // pthread).
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,6 +29,18 @@ using memlayer::pocl::MemlayerDevice;
 namespace {
 
 MemlayerDevice& device_of(cl_device_id device) { return *static_cast<MemlayerDevice*>(device->data); }
+
+// A buffer's block handle, kept in its pocl_mem_identifier: mem_ptr is the
+// address, `extra` (the driver's 64-bit field) the record index and
+// generation, and the region id is the device memory's own.
+std::uint64_t pack_block_record(const memlayer::bufalloc::BlockHandle& block) {
+  return std::uint64_t{block.index} | std::uint64_t{block.generation} << 32;
+}
+
+memlayer::bufalloc::BlockHandle unpack_block(const void* address, std::uint64_t record, std::uint32_t region) {
+  return memlayer::bufalloc::BlockHandle{reinterpret_cast<std::uintptr_t>(address), static_cast<std::uint32_t>(record),
+                                         static_cast<std::uint32_t>(record >> 32), region};
+}
 
 // Per device index j, the parameters init() parsed, for reinit().
 std::vector<DriverParameters>& saved_parameters() {
@@ -200,20 +213,24 @@ cl_int pocl_memlayer_alloc_mem_obj(cl_device_id device, cl_mem mem, void*) {
     POCL_MSG_ERR("%s\n", block.error().c_str());
     return CL_MEM_OBJECT_ALLOCATION_FAILURE;
   }
-  p->mem_ptr = block.value();
+  p->mem_ptr = block.value().data;
   p->version = 0;  // nothing valid here yet
   p->extra_ptr = nullptr;
-  p->extra = 0;
+  // The rest of the block's handle, so that free needs no address lookup:
+  // mem_ptr is its address, and the region id is the device memory's own.
+  p->extra = pack_block_record(block.value().handle);
   return CL_SUCCESS;
 }
 
 void pocl_memlayer_free(cl_device_id device, cl_mem mem) {
   pocl_mem_identifier* p = &mem->device_ptrs[device->global_mem_id];
   if (p->mem_ptr == nullptr) return;
-  auto freed = device_of(device).memory().free(static_cast<const std::byte*>(p->mem_ptr));
+  memlayer::drivers::DeviceMemory& memory = device_of(device).memory();
+  auto freed = memory.free(unpack_block(p->mem_ptr, p->extra, memory.region_id()));
   if (!freed.ok()) POCL_MSG_ERR("%s\n", freed.error().c_str());
   p->mem_ptr = nullptr;
   p->version = 0;
+  p->extra = 0;
 }
 
 // A mapping's host memory. With CL_MEM_USE_HOST_PTR OpenCL requires the

@@ -89,11 +89,13 @@ std::optional<DeviceAddress> SimDevice::native_allocate(std::uint64_t size) {
   ++native_calls_;
   const std::uint64_t now_held = native_bytes_ += size;
   if (now_held > native_peak_bytes_) native_peak_bytes_ = now_held;  // under native_mutex_
-  return placed.value();
+  return placed.value().address;
 }
 
 void SimDevice::native_release(DeviceAddress address, std::uint64_t size) {
   std::lock_guard lock(native_mutex_);
+  // By address, as cuMemFree takes it: the native interface knows no handles
+  // (the region indexes the few segments' addresses at the first release).
   if (native_ && native_->free(address)) native_bytes_ -= size;
 }
 

@@ -37,8 +37,9 @@ struct CacheOptions {
 
 /// A block handed out by a BlockCache: give it back with release().
 struct CachedBlock {
-  Address address = 0;
-  Size size = 0;  ///< the block's real size (at least the request)
+  BlockHandle handle;  ///< the heap's handle (DeviceHeap::allocate)
+  Size size = 0;       ///< the block's real size (at least the request)
+  [[nodiscard]] Address address() const noexcept { return handle.address; }
 };
 
 struct CacheStats {

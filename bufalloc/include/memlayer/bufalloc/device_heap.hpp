@@ -118,18 +118,28 @@ class DeviceHeap {
   /// the heap's lock; it may call free(), not allocate().
   void set_pressure_handler(std::function<bool(Size needed)> handler);
 
-  /// `size` bytes at a multiple of `alignment` (0: the granularity).
+  /// `size` bytes at a multiple of `alignment` (0: the granularity), as the
+  /// handle of the segment's Region (region.hpp): free it with free(handle).
   /// Errors: zero_size, size_overflow, alignment_not_power_of_two,
   /// alignment_overflow, out_of_memory (size, alignment, free bytes in the
   /// segments and their largest free block). A failure leaves the heap as it
   /// was, save for released cached segments and what the handler freed.
   /// Complexity O(segments) to find room (a few), plus native calls when
   /// it grows.
-  Result<Address> allocate(Size size, Size alignment = 0);
+  Result<BlockHandle> allocate(Size size, Size alignment = 0);
 
-  /// Frees a block allocate() returned. Errors: address_outside_region (in
-  /// no segment), not_block_start, double_free. Complexity O(log segments);
-  /// a segment it empties may go back to the driver (cap, age).
+  /// Frees a block allocate() returned, by its handle. Errors (nothing
+  /// changes): foreign_handle (its address is in no segment, or its segment's
+  /// region did not issue it), double_free, stale_handle (see Region::free).
+  /// Complexity O(log segments) to find the segment by the handle's address,
+  /// then O(1); a segment it empties may go back to the driver (cap, age).
+  Result<void> free(BlockHandle block);
+
+  /// Frees a block by its address alone, through its segment's Region's
+  /// address index (built at the segment's first such call: see
+  /// Region::free(Address)). Errors: address_outside_region (in no segment),
+  /// not_block_start, double_free. Complexity O(log segments) plus the
+  /// region's free by address.
   Result<void> free(Address address);
 
   /// Gives back empty segments until at most `keep_bytes` stay cached,
@@ -146,12 +156,14 @@ class DeviceHeap {
  private:
   struct Segment;
   void add_segment(std::unique_ptr<Segment> s);
-  Result<Address> try_segments(Size size, Size alignment);
+  Result<BlockHandle> try_segments(Size size, Size alignment);
   bool grow(Size size, Size alignment);
   Size release_empty(std::function<bool(const Segment&)> which, bool count_as_trim);
   void release_segment(Segment* s);
   [[nodiscard]] bool releasable(const Segment& s) const;
   void after_free(std::chrono::steady_clock::time_point now);
+  [[nodiscard]] Segment* segment_of(Address address) const;
+  void after_block_freed(Segment& s);
   [[nodiscard]] HeapStats stats_locked() const;
 
   NativeAllocator native_;

@@ -40,6 +40,9 @@ enum class Errc : int {
   invariant_violation = 14,       ///< check(): the bookkeeping is inconsistent (a bug)
   invalid_argument = 15,          ///< C API: a null pointer where an object is required
   host_out_of_memory = 16,        ///< C API: the host could not grow the bookkeeping
+  // 17-19 are the migration planner's (memlayer/status.h).
+  stale_handle = 20,              ///< free(handle): its block was freed and its record reused since
+  foreign_handle = 21,            ///< free(handle): not issued by this region (another's, zeroed, or altered)
 };
 
 /// The short, fixed name of an error code ("out_of_memory", ...).
@@ -52,7 +55,7 @@ struct Error {
   Errc code = Errc::ok;
   Size size = 0;          ///< the requested size (allocation errors)
   Size alignment = 0;     ///< the requested alignment (allocation errors)
-  Address address = 0;    ///< the offending address (free errors), or the base (create errors)
+  Address address = 0;    ///< the offending address (free errors: the handle's address), or the base (create errors)
   Size free_bytes = 0;    ///< free bytes in the region when the request failed
   Size largest_free = 0;  ///< largest free block when the request failed
 

@@ -1,7 +1,7 @@
 // memlayer/bufalloc/locked_region.hpp — a Region that several threads may use.
 //
 // Locking: one mutex per region, held for the whole of each call (allocate,
-// free, reset, stats, walk, check). Calls are linearisable; nothing blocks
+// both frees, reset, stats, walk, check). Calls are linearisable; nothing blocks
 // except on that mutex; no call takes any other lock, so a LockedRegion can't
 // take part in a lock-order deadlock. walk() holds the mutex while it runs the
 // callback: the callback must not call back into the same region.
@@ -26,13 +26,21 @@ class LockedRegion {
   }
 
   /// The same contract as the Region function of the same name; thread-safe.
-  Result<Address> allocate(Size size, Size alignment = 0) {
+  Result<BlockHandle> allocate(Size size, Size alignment = 0) {
     std::lock_guard lock(mutex_);
     return region_.allocate(size, alignment);
+  }
+  Result<void> free(BlockHandle block) {
+    std::lock_guard lock(mutex_);
+    return region_.free(block);
   }
   Result<void> free(Address address) {
     std::lock_guard lock(mutex_);
     return region_.free(address);
+  }
+  [[nodiscard]] bool indexes_addresses() const {
+    std::lock_guard lock(mutex_);
+    return region_.indexes_addresses();
   }
   void reset() {
     std::lock_guard lock(mutex_);
@@ -54,6 +62,7 @@ class LockedRegion {
   [[nodiscard]] Address base() const noexcept { return region_.base(); }
   [[nodiscard]] Size size() const noexcept { return region_.size(); }
   [[nodiscard]] Size granularity() const noexcept { return region_.granularity(); }
+  [[nodiscard]] std::uint32_t id() const noexcept { return region_.id(); }
 
   // A mutex does not move, so neither does a LockedRegion once shared; moving
   // is allowed only before other threads see it (e.g. out of create()).

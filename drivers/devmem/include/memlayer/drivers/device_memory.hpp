@@ -70,6 +70,13 @@ class DeviceArena {
   bool bound_ = false;
 };
 
+/// A block from DeviceMemory::allocate(): its bytes, and the handle that
+/// frees it without an address lookup. A plain value.
+struct DeviceBlock {
+  std::byte* data = nullptr;
+  bufalloc::BlockHandle handle;  ///< handle.address is data's address
+};
+
 /// An arena with a bufalloc region over it: the device's allocator.
 /// Thread-safe (LockedRegion).
 class DeviceMemory {
@@ -83,10 +90,21 @@ class DeviceMemory {
   /// Out of memory: an error naming the request, the free bytes and the
   /// largest free block. O(1) (TLSF), plus a best-fit scan only when the
   /// O(1) path finds nothing.
-  DevResult<std::byte*> allocate(std::uint64_t size, std::uint64_t alignment = 0);
-  /// Frees a block from allocate(). A pointer that is not a live block's
-  /// start is an error, and changes nothing. O(1).
+  DevResult<DeviceBlock> allocate(std::uint64_t size, std::uint64_t alignment = 0);
+  /// Frees a block from allocate() by its handle. A handle of another
+  /// memory, of a block freed already, or a stale one is an error naming
+  /// which (bufalloc's foreign_handle, double_free, stale_handle), and changes
+  /// nothing. O(1).
+  DevResult<void> free(const bufalloc::BlockHandle& block);
+  /// Frees a block from allocate() by its pointer alone, for callers that
+  /// cannot keep the handle. The first call builds the region's address index
+  /// (O(live blocks)), which every later allocate and free then maintains
+  /// (see bufalloc::Region::free(Address)). A pointer that is not a live
+  /// block's start is an error, and changes nothing. O(1) expected.
   DevResult<void> free(const std::byte* block);
+  /// The id in this memory's handles (bufalloc::Region::id()), for a caller
+  /// that stores a handle in parts and puts it back together.
+  [[nodiscard]] std::uint32_t region_id() const noexcept { return region_->id(); }
 
   [[nodiscard]] bufalloc::RegionStats stats() const { return region_->stats(); }
   [[nodiscard]] const DeviceArena& arena() const noexcept { return arena_; }

@@ -1,3 +1,4 @@
+// Baseline copy for memlayer-bench-bufalloc only: see baseline/region_core.hpp.
 // A pool of fixed-size records whose pages double in size. Records never move,
 // so the region links them with plain pointers; there is no cap on how many
 // exist; and growing never copies: a new page is one allocation (left
@@ -12,7 +13,7 @@
 #include <memory>
 #include <type_traits>
 
-namespace memlayer::bufalloc::detail {
+namespace memlayer::bench::baseline {
 
 template <class T>
 class BlockPool {
@@ -77,4 +78,4 @@ class BlockPool {
   std::uint64_t recycled_count_ = 0;
 };
 
-}  // namespace memlayer::bufalloc::detail
+}  // namespace memlayer::bench::baseline
