@@ -40,7 +40,7 @@ struct EnqueueScratch {
   std::vector<Group> groups;
   migration::Plan planning;                  // each buffer is planned here
   std::vector<migration::Plan> with_copies;  // the plans that copy, by Group::plan
-  const migration::Plan no_copies;           // stands for the plans of the others
+  const migration::Plan no_copies{};         // stands for the plans of the others
   migration::Plan evict_plan;
   std::vector<Event> copy_events;
   std::vector<Pending> pending;
