@@ -68,7 +68,6 @@ class RefBatch {
 
   // An event other than the two last counted: a hash probe.
   [[gnu::noinline]] void count_new(Event e, int delta) noexcept {
-    if (entries_.size() >= kMaxEntries) return apply(*host_, e, delta);  // at once is always correct
     std::size_t h = (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> (64 - kSlotBits);
     for (;; h = (h + 1) & (kSlots - 1)) {
       const std::uint16_t s = slots_[h];
@@ -78,6 +77,9 @@ class RefBatch {
         return touch(s);
       }
     }
+    // An event with no entry yet has no deferred count, so applying this
+    // one at once (table full, no memory) is always correct.
+    if (entries_.size() >= kMaxEntries) return apply(*host_, e, delta);
     try {
       entries_.push_back({e, delta, static_cast<std::uint16_t>(h)});
     } catch (...) {
