@@ -18,6 +18,22 @@ EventState* state(engine::Event e) { return static_cast<EventState*>(e); }
 
 std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(h)); }
 
+// A hidden migration's transfer is tried this many times before its copy
+// fails: a failed copy fails the command that needed it and, through the
+// planner's ordering, every later command on those bytes (doc/runtime.md,
+// failures), while a transfer's fault is often transient. A transfer writes
+// its whole destination range, so trying again is harmless.
+constexpr int kTransferAttempts = 3;
+
+template <class Transfer>
+std::function<Status()> retried(Transfer transfer) {
+  return [transfer] {
+    Status s = transfer();
+    for (int attempt = 1; attempt < kTransferAttempts && !s.ok(); ++attempt) s = transfer();
+    return s;
+  };
+}
+
 // A copy's work: which driver moves the bytes, and how.
 std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r) {
   const std::uint64_t n = r.size;
@@ -25,17 +41,17 @@ std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& 
     DeviceState* dst = ctx.by_location[r.dst];
     const DeviceAddress to = r.dst_storage + r.offset;
     const std::byte* from = host_bytes(r.src_storage) + r.offset;
-    return [dst, to, from, n] { return dst->driver().write(to, from, n); };
+    return retried([dst, to, from, n] { return dst->driver().write(to, from, n); });
   }
   DeviceState* src = ctx.by_location[r.src];
   const DeviceAddress from = r.src_storage + r.offset;
   if (r.dst == kHost) {
     std::byte* to = host_bytes(r.dst_storage) + r.offset;
-    return [src, from, to, n] { return src->driver().read(from, to, n); };
+    return retried([src, from, to, n] { return src->driver().read(from, to, n); });
   }
   DeviceState* dst = ctx.by_location[r.dst];
   const DeviceAddress to = r.dst_storage + r.offset;
-  return [src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); };
+  return retried([src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); });
 }
 
 }  // namespace

@@ -317,6 +317,27 @@ TEST(Runtime, InjectedTransferFailureFailsDependents) {
   EXPECT_FALSE(rig.queues[0]->finish().ok());
 }
 
+// A hidden migration is tried again when its transfer fails; the user's own
+// command is not (its failure is the user's to see).
+TEST(Runtime, AHiddenMigrationWhoseTransferFailsOnceIsTriedAgain) {
+  drivers::SimOptions o;
+  o.fail_transfer_number = 1;  // on each device: its first transfer
+  Rig rig = make_rig(1, o);
+  auto data = pattern(4096, 3);
+  Buffer b = buffer(*rig.ctx, data.size(), mem::kReadWrite | mem::kCopyHostPtr, data.data());
+  // The read runs on the device: the host's bytes are imported first (the
+  // transfer that fails once), then read back.
+  EXPECT_EQ(read_all(*rig.queues[0], b), data);
+  EXPECT_TRUE(rig.queues[0]->finish().ok());
+
+  Rig direct = make_rig(1, o);
+  Buffer c = buffer(*direct.ctx, 64);
+  const auto bytes = pattern(64, 1);
+  Event w = direct.queues[0]->enqueue_write(c, 0, 64, bytes.data(), false).value();
+  EXPECT_EQ(w.wait(), cl::kOutOfResources) << "a user's write is not retried";
+  EXPECT_NE(w.error_message().find("transfer number 1"), std::string::npos) << w.error_message();
+}
+
 TEST(Runtime, HostDeviceNeedsNoMigrationToTheHost) {
   Rig rig = make_rig(0, {}, true);
   ASSERT_EQ(rig.ctx->device_count(), 1u);

@@ -38,9 +38,11 @@ struct SimOptions {
   std::optional<runtime::LinkCost> peer_link;
   /// Make transfers take at least the link model's time (sleeping the rest).
   bool model_link_time = false;
-  /// Fault injection: the Nth on_allocate() on each device fails (1-based;
-  /// 0 = never), and each transfer fails with this probability.
+  /// Fault injection: the Nth on_allocate() and the Nth transfer (read,
+  /// write, peer copy) on each device fail (1-based; 0 = never), and each
+  /// transfer fails with this probability.
   std::uint64_t fail_allocation_number = 0;
+  std::uint64_t fail_transfer_number = 0;
   double transfer_failure_probability = 0.0;
   std::uint64_t fault_seed = 1;
   /// Behave like a device with a native allocator (cuMemAlloc): memlayer
