@@ -28,6 +28,13 @@ endif()
 
 memlayer_pocl71_test(pocl71_cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 3000 --seed 1)
 
+# PoCL 7.1's own tests/runtime on two memlayer devices (PoCL's migration
+# engine). Left out: clCreateSubDevices (the memlayer device does not
+# partition, doc/pocl-driver.md).
+memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/" -E "clCreateSubDevices"
+  --output-on-failure --timeout 300)
+
 # A bad device parameter: the device is left out and stderr says why.
 memlayer_pocl71_test(pocl71_bad_parameter memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 1)
 set_property(TEST pocl71_bad_parameter APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER0_PARAMETERS=size=1G")
