@@ -26,13 +26,22 @@ if(MEMLAYER_CLINFO)
   set_property(TEST pocl71_clinfo PROPERTY PASS_REGULAR_EXPRESSION "Platform #0: Portable Computing Language[^\n]*\n[^\n]*Device #0[^\n]*\n[^\n]*Device #1")
 endif()
 
-memlayer_pocl71_test(pocl71_cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 3000 --seed 1)
+# memlayer-cl-stress on whole buffers (--sub-buffers 0): every read checked
+# against the host model. With sub-buffers, PoCL 7.1's own migration loses
+# writes on memlayer devices (doc/pocl-driver.md, PoCL 7.1), so those runs
+# are not here yet.
+memlayer_pocl71_test(pocl71_cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+                     --ops 3000 --seed 1 --sub-buffers 0)
+memlayer_pocl71_test(pocl71_cl_stress_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+                     --ops 3000 --seed 2 --sub-buffers 0 --queues-per-device 3)
 
 # PoCL 7.1's own tests/runtime on two memlayer devices (PoCL's migration
 # engine). Left out: clCreateSubDevices (the memlayer device does not
-# partition, doc/pocl-driver.md).
+# partition, doc/pocl-driver.md) and test_device_address (buffer device
+# addresses: it fails on PoCL 7.1's own cpu devices here too).
 memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
-  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/" -E "clCreateSubDevices"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
+  -E "clCreateSubDevices|test_device_address"
   --output-on-failure --timeout 300)
 
 # A bad device parameter: the device is left out and stderr says why.

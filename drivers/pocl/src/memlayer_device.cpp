@@ -1,7 +1,5 @@
 #include "memlayer_device.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -225,10 +223,7 @@ bool MemlayerDevice::run_groups(KernelRun& run, std::size_t first, std::size_t l
     run.workgroup(reinterpret_cast<uchar*>(arguments.data()), reinterpret_cast<uchar*>(&pc), g % row,
                   (g % slice) / row, g / slice);
   }
-  if (position > 0) {
-    const ssize_t written = write(STDOUT_FILENO, pc.printf_buffer, position);
-    (void)written;  // printf output is best effort, as on every PoCL CPU device
-  }
+  compat::write_printf_output(reinterpret_cast<char*>(pc.printf_buffer), position);
   return true;
 }
 

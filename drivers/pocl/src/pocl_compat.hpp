@@ -5,6 +5,10 @@
 // (PoCL's own MAJOR_VERSION).
 #pragma once
 
+#include <unistd.h>
+
+#include <cstdint>
+
 #include "pocl_headers.hpp"
 
 #ifndef MEMLAYER_POCL_MAJOR
@@ -190,6 +194,24 @@ inline bool is_raw_pointer(const pocl_argument& argument) {
   return argument.is_raw_ptr != 0;
 #else
   return argument.is_svm != 0;
+#endif
+}
+
+/// What a chunk of work-groups left in its printf buffer. 3.1's kernels
+/// store the formatted text; 7.1's store encoded records, which PoCL
+/// decodes, and by default (ENABLE_PRINTF_IMMEDIATE_FLUSH) the kernel has
+/// printed each one already.
+inline void write_printf_output(char* buffer, std::uint32_t bytes) {
+  if (bytes == 0) return;
+#if MEMLAYER_POCL_MAJOR >= 7
+#ifndef ENABLE_PRINTF_IMMEDIATE_FLUSH
+  pocl_write_printf_buffer(buffer, bytes);
+#else
+  (void)buffer;
+#endif
+#else
+  const ssize_t written = write(STDOUT_FILENO, buffer, bytes);
+  (void)written;  // printf output is best effort, as on every PoCL CPU device
 #endif
 }
 
