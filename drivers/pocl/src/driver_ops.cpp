@@ -243,6 +243,7 @@ int pocl_memlayer_can_migrate_d2d(cl_device_id dest, cl_device_id source) {
 int pocl_memlayer_migrate_d2d(MEMLAYER_MIGRATE_D2D_PARAMS) {
   return migrate_range(mem, MEMLAYER_MIGRATE_D2D_RANGE, src_mem_id, dst_mem_id);
 }
+
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
   // Called with the event locked; must unlock it.
   memlayer::pocl::compat::mark_submitted(node);
