@@ -110,8 +110,9 @@ void MemlayerDevice::worker(unsigned index) {
       cl_event event = node->sync.event.event;
       pocl_update_event_running(event);
       if (auto run = prepare_kernel(node)) {
-        if (!run->loaded || run->chunk >= run->total_groups) {  // failed, or one chunk: no one to share it with
-          if (run->loaded && !run_groups(*run, 0, run->total_groups, cu)) run->failed.store(true);  // one chunk: no one to share it with
+        // Not compiled (finish_kernel fails it), or one chunk: no one to share it with.
+        if (!run->loaded || run->chunk >= run->total_groups) {
+          if (run->loaded && !run_groups(*run, 0, run->total_groups, cu)) run->failed.store(true);
           finish_kernel(*run);
           lock.lock();
           continue;
@@ -137,9 +138,10 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
   const std::size_t groups = pc.num_groups[0] * pc.num_groups[1] * pc.num_groups[2];
   if (groups == 0) return nullptr;
   auto run = std::make_shared<KernelRun>();
-  run->context = pc;
-  // Compiles the work-group function for this launch's sizes if needed.
   run->node = node;
+  run->context = pc;
+  // The program's global variables, and the work-group function for this
+  // launch's sizes (compiled if needed).
   if (!compat::setup_global_variables(node, run->context) || !compat::load_kernel(node)) {
     run->failed.store(true);  // finish_kernel fails the event
     return run;
