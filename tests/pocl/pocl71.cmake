@@ -26,7 +26,7 @@ set_property(TEST pocl71_driver APPEND PROPERTY ENVIRONMENT
 find_program(MEMLAYER_CLINFO clinfo)
 if(MEMLAYER_CLINFO)
   memlayer_pocl71_test(pocl71_clinfo "memlayer memlayer" ${MEMLAYER_CLINFO} --list)
-  set_property(TEST pocl71_clinfo PROPERTY PASS_REGULAR_EXPRESSION "Platform #0: Portable Computing Language[^\n]*\n[^\n]*Device #0[^\n]*\n[^\n]*Device #1")
+  set_property(TEST pocl71_clinfo PROPERTY PASS_REGULAR_EXPRESSION "Platform #0: Portable Computing Language[^\n]*\n[^\n]*Device #0: memlayer-[^\n]*\n[^\n]*Device #1: memlayer-")
 endif()
 
 # memlayer-cl-stress on whole buffers (--sub-buffers 0): every read checked
