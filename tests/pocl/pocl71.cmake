@@ -46,6 +46,11 @@ memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address"
   --output-on-failure --timeout 300)
+# And its tests/regression, whole (104 tests; the 18 that skip skip on 7.1's
+# cpu devices too).
+memlayer_pocl71_test(pocl71_suite_regression "memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^regression/"
+  --output-on-failure --timeout 300)
 
 # A bad device parameter: the device is left out and stderr says why.
 memlayer_pocl71_test(pocl71_bad_parameter memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 1)
