@@ -12,7 +12,7 @@
 # The cache folder is keyed by the hash of what shapes the PoCL tree and its
 # configuration: the tarball, our patch, the configure flags. A folder with that key
 # is unpacked, patched and configured once (about 3 min) and built once
-# (about 5 min on 2 cores for 3.1, about 17 for 7.1). The driver sources (drivers/pocl/src, the
+# (about 5 min on 2 cores for 3.1, about 10 for 7.1). The driver sources (drivers/pocl/src, the
 # bufalloc and devmem components it compiles in) are then synced into
 # lib/CL/devices/memlayer/ by content, for 3.1 the migration engine (drivers/pocl/core,
 # the engine and migration components) into lib/CL/memlayer-core/, and a stamp
