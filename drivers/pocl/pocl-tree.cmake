@@ -24,3 +24,6 @@ if(ENABLE_LOADABLE_DRIVERS)
 else()
   target_link_libraries(pocl-devices-memlayer PRIVATE PkgConfig::MEMLAYER_HWLOC)
 endif()
+# PoCL's own version (its top CMakeLists.txt): src/pocl_compat.hpp picks the
+# driver API of PoCL 3.1 or 7.1 by it.
+target_compile_definitions(pocl-devices-memlayer PRIVATE MEMLAYER_POCL_MAJOR=${MAJOR_VERSION})

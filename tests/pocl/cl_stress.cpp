@@ -15,7 +15,9 @@
 // they complete.
 //
 //   memlayer-cl-stress [--ops N] [--seed S] [--buffers B] [--elements E]
-//                      [--queues-per-device Q]
+//                      [--queues-per-device Q] [--sub-buffers 0|1|2]
+// --sub-buffers: 1 (default) the quarters and the overlapping halves, 2 the
+// quarters only, 0 none (whole buffers only).
 // Exit status: 0 when every check passed, 1 on a mismatch, 2 on an error.
 #include <algorithm>
 #include <array>
@@ -56,6 +58,7 @@ struct Options {
   unsigned buffers = 4;
   std::size_t elements = 1 << 15;  // uint32 per buffer; a multiple of 4 * 64
   unsigned queues_per_device = 2;
+  unsigned sub_buffers = 1;
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -71,6 +74,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--buffers" && v > 0) o.buffers = static_cast<unsigned>(v);
     else if (a == "--elements" && v >= 256 && v % 256 == 0) o.elements = v;
     else if (a == "--queues-per-device" && v > 0) o.queues_per_device = static_cast<unsigned>(v);
+    else if (a == "--sub-buffers" && v <= 2) o.sub_buffers = static_cast<unsigned>(v);
     else {
       std::fprintf(stderr, "bad option %s %s (see the header of cl_stress.cpp)\n", a.c_str(), argv[i]);
       return false;
@@ -163,7 +167,9 @@ class Stress {
       model_.push_back(std::move(init));
       last_.emplace_back();
       views_.push_back(View{b, 0, o_.elements, parents_.back().get(), 0, 4});
+      if (o_.sub_buffers == 0) continue;
       for (unsigned q = 0; q < 4; ++q) add_sub_buffer(b, q, q + 1);
+      if (o_.sub_buffers == 2) continue;
       for (unsigned q = 0; q < 3; ++q) add_sub_buffer(b, q, q + 2);
     }
   }

@@ -70,9 +70,19 @@ cl_int start_device(unsigned j, cl_device_id device, const DriverParameters& par
 // Called with the command's event locked.
 void push_if_ready(_cl_command_node* node) {
   cl_event event = node->sync.event.event;
-  if (node->ready == 0 || !pocl_command_is_ready(event) || event->status != CL_QUEUED) return;
+  if (!memlayer::pocl::compat::is_submitted(node) || !pocl_command_is_ready(event) || event->status != CL_QUEUED) return;
   pocl_update_event_submitted(event);
   device_of(node->device).push(node);
+}
+
+// Arena to arena: both are host-addressable, one memcpy of the range.
+int migrate_range(cl_mem mem, size_t offset, size_t size, const pocl_mem_identifier* src_mem_id,
+                  const pocl_mem_identifier* dst_mem_id) {
+  if (src_mem_id->mem_ptr == nullptr || dst_mem_id->mem_ptr == nullptr) return CL_INVALID_MEM_OBJECT;
+  if (offset > mem->size || size > mem->size - offset) return CL_INVALID_VALUE;
+  std::memcpy(static_cast<char*>(dst_mem_id->mem_ptr) + offset, static_cast<const char*>(src_mem_id->mem_ptr) + offset,
+              size);
+  return CL_SUCCESS;
 }
 
 bool is_memlayer(cl_device_id d) { return d->ops != nullptr && d->ops->alloc_mem_obj == pocl_memlayer_alloc_mem_obj; }
@@ -140,40 +150,11 @@ cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameter
   }
   DriverParameters params = parsed.value();
 
-  pocl_init_default_device_infos(device);
-  // global_mem_id stays the one devices.c assigned (the device index): the
-  // device has memory of its own, and PoCL migrates between it and others.
-  device->version_of_latest_passed_cts = HOST_DEVICE_LATEST_CTS_PASS;
-  device->extensions = HOST_DEVICE_EXTENSIONS;
-#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
-  device->features = HOST_DEVICE_FEATURES_30;
-  pocl_setup_opencl_c_with_version(device, CL_TRUE);
-  pocl_setup_features_with_version(device);
-#else
-  pocl_setup_opencl_c_with_version(device, CL_FALSE);
-#endif
-  pocl_setup_extensions_with_version(device);
-  pocl_setup_builtin_kernels_with_version(device);
-  pocl_setup_ils_with_version(device);
-  device->on_host_queue_props = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE;
-#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
-  device->atomic_memory_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
-                                       CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP |
-                                       CL_DEVICE_ATOMIC_SCOPE_DEVICE;
-  device->atomic_fence_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
-                                      CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_ITEM |
-                                      CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP | CL_DEVICE_ATOMIC_SCOPE_DEVICE;
-#endif
-  device->svm_caps = 0;
-  device->svm_allocation_priority = 0;
-
-  device->global_mem_size = 1;  // topology detection asks for a nonzero value
-  if (pocl_topology_detect_device_info(device) != 0) return CL_INVALID_DEVICE;
+  const cl_int infos = memlayer::pocl::compat::setup_cpu_device_infos(device);
+  if (infos != CL_SUCCESS) return infos;
   if (params.compute_units == 0) params.compute_units = device->max_compute_units > 0 ? device->max_compute_units : 1;
   device->max_compute_units = params.compute_units;
-  pocl_cpuinfo_detect_device_info(device);
-  pocl_set_buffer_image_limits(device);  // image limits; then our own memory figures:
-
+  // Then our own memory figures:
   device->global_mem_size = params.global_mem;
   // OpenCL's floor for CL_DEVICE_MAX_MEM_ALLOC_SIZE is max(global/4, 128 MiB),
   // capped here by the memory itself.
@@ -187,7 +168,9 @@ cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameter
   if (device->vendor_id == 0) device->vendor_id = CL_KHRONOS_VENDOR_ID_POCL;
 
   pocl_init_dlhandle_cache();
-  return start_device(j, device, params);
+  const cl_int started = start_device(j, device, params);
+  if (started == CL_SUCCESS) memlayer::pocl::compat::mark_available(device);
+  return started;
 }
 
 cl_int pocl_memlayer_uninit(unsigned, cl_device_id device) {
@@ -196,7 +179,7 @@ cl_int pocl_memlayer_uninit(unsigned, cl_device_id device) {
   return CL_SUCCESS;
 }
 
-cl_int pocl_memlayer_reinit(unsigned j, cl_device_id device) {
+cl_int pocl_memlayer_reinit(MEMLAYER_REINIT_PARAMS) {
   if (j >= saved_parameters().size()) return CL_INVALID_DEVICE;
   return start_device(j, device, saved_parameters()[j]);
 }
@@ -257,19 +240,13 @@ int pocl_memlayer_can_migrate_d2d(cl_device_id dest, cl_device_id source) {
   return is_memlayer(dest) && is_memlayer(source) && dest != source ? 1 : 0;
 }
 
-int pocl_memlayer_migrate_d2d(cl_device_id, cl_device_id, cl_mem mem, size_t offset, size_t size,
-                              pocl_mem_identifier* src_mem_id, pocl_mem_identifier* dst_mem_id) {
-  // Arena to arena: both are host-addressable, one memcpy of the range.
-  if (src_mem_id->mem_ptr == nullptr || dst_mem_id->mem_ptr == nullptr) return CL_INVALID_MEM_OBJECT;
-  if (offset > mem->size || size > mem->size - offset) return CL_INVALID_VALUE;
-  std::memcpy(static_cast<char*>(dst_mem_id->mem_ptr) + offset, static_cast<const char*>(src_mem_id->mem_ptr) + offset,
-              size);
-  return CL_SUCCESS;
+int pocl_memlayer_migrate_d2d(MEMLAYER_MIGRATE_D2D_PARAMS) {
+  return migrate_range(mem, MEMLAYER_MIGRATE_D2D_RANGE, src_mem_id, dst_mem_id);
 }
 
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
   // Called with the event locked; must unlock it.
-  node->ready = 1;
+  memlayer::pocl::compat::mark_submitted(node);
   push_if_ready(node);
   POCL_UNLOCK_OBJ(node->sync.event.event);
 }
@@ -277,7 +254,7 @@ void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
 void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
   // Called with `event` locked when one of its dependencies finished.
   if (finished->status < CL_COMPLETE) {
-    pocl_update_event_failed(event);
+    memlayer::pocl::compat::fail_from_notify(event, finished);
     return;
   }
   push_if_ready(event->command);

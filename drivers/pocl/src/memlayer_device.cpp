@@ -1,7 +1,5 @@
 #include "memlayer_device.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -13,7 +11,6 @@ struct KernelRun {
   _cl_command_node* node = nullptr;
   pocl_kernel_metadata_t* meta = nullptr;
   pocl_workgroup_func workgroup = nullptr;
-  unsigned flush_denorms = 0;
   pocl_context context{};
   std::size_t total_groups = 0;
   std::size_t chunk = 1;
@@ -29,6 +26,7 @@ struct KernelRun {
   std::size_t next_group = 0;            // guarded by the device's mutex
   std::atomic<std::size_t> done_groups{0};
   std::atomic<bool> failed{false};
+  bool loaded = false;  // the work-group function is held (released by finish_kernel)
 };
 
 namespace {
@@ -112,8 +110,9 @@ void MemlayerDevice::worker(unsigned index) {
       cl_event event = node->sync.event.event;
       pocl_update_event_running(event);
       if (auto run = prepare_kernel(node)) {
-        if (run->chunk >= run->total_groups) {  // one chunk: no one to share it with
-          if (!run_groups(*run, 0, run->total_groups, cu)) run->failed.store(true);
+        // Not compiled (finish_kernel fails it), or one chunk: no one to share it with.
+        if (!run->loaded || run->chunk >= run->total_groups) {
+          if (run->loaded && !run_groups(*run, 0, run->total_groups, cu)) run->failed.store(true);
           finish_kernel(*run);
           lock.lock();
           continue;
@@ -138,18 +137,18 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
   const pocl_context& pc = node->command.run.pc;
   const std::size_t groups = pc.num_groups[0] * pc.num_groups[1] * pc.num_groups[2];
   if (groups == 0) return nullptr;
-  // Compiles the work-group function for this launch's sizes if needed.
-  char* saved_name = nullptr;
-  pocl_sanitize_builtin_kernel_name(kernel, &saved_name);
-  pocl_check_kernel_dlhandle_cache(node, 1, 1);
-  pocl_restore_builtin_kernel_name(kernel, saved_name);
-
   auto run = std::make_shared<KernelRun>();
   run->node = node;
+  run->context = pc;
+  // The program's global variables, and the work-group function for this
+  // launch's sizes (compiled if needed).
+  if (!compat::setup_global_variables(node, run->context) || !compat::load_kernel(node)) {
+    run->failed.store(true);  // finish_kernel fails the event
+    return run;
+  }
+  run->loaded = true;
   run->meta = kernel->meta;
   run->workgroup = reinterpret_cast<pocl_workgroup_func>(node->command.run.wg);
-  run->flush_denorms = kernel->program->flush_denorms;
-  run->context = pc;
   run->context.printf_buffer_capacity = static_cast<cl_uint>(device_->printf_buffer_size);
   run->total_groups = groups;
   // Enough chunks for every worker to take a few (load balance), few
@@ -167,7 +166,7 @@ std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node
     if (ARG_IS_LOCAL(info)) continue;  // per chunk
     if (info.type == POCL_ARG_TYPE_POINTER) {
       if (al->value != nullptr) {
-        char* base = al->is_svm ? *static_cast<char**>(al->value)
+        char* base = compat::is_raw_pointer(*al) ? *static_cast<char**>(al->value)
                                 : static_cast<char*>((*static_cast<cl_mem*>(al->value))
                                                          ->device_ptrs[device_->global_mem_id].mem_ptr);
         run->slots[i] = base + al->offset;
@@ -218,35 +217,33 @@ bool MemlayerDevice::run_groups(KernelRun& run, std::size_t first, std::size_t l
   pc.printf_buffer = reinterpret_cast<uchar*>(cu.printf_buffer.data());
   pc.printf_buffer_position = &position;
 
-  const unsigned saved_ftz = pocl_save_ftz();
-  pocl_set_ftz(run.flush_denorms);
+  const compat::KernelFloatMode float_mode(device_, run.node->command.run.kernel->program);
   const std::size_t row = pc.num_groups[0];
   const std::size_t slice = pc.num_groups[0] * pc.num_groups[1];
   for (std::size_t g = first; g < last; ++g) {
-    pocl_set_default_rm();  // a kernel may change the rounding mode
+    compat::KernelFloatMode::before_group();
     run.workgroup(reinterpret_cast<uchar*>(arguments.data()), reinterpret_cast<uchar*>(&pc), g % row,
                   (g % slice) / row, g / slice);
   }
-  pocl_restore_ftz(saved_ftz);
-  if (position > 0) {
-    const ssize_t written = write(STDOUT_FILENO, pc.printf_buffer, position);
-    (void)written;  // printf output is best effort, as on every PoCL CPU device
-  }
+  compat::write_printf_output(reinterpret_cast<char*>(pc.printf_buffer), position);
   return true;
 }
 
 void MemlayerDevice::finish_kernel(KernelRun& run) const {
   _cl_command_node* node = run.node;
   cl_event event = node->sync.event.event;
-  pocl_release_dlhandle_cache(node);
+  if (!run.loaded) {
+    POCL_MSG_ERR("memlayer: kernel %s could not be compiled for this launch\n", node->command.run.kernel->name);
+    compat::fail_event(event, "memlayer: kernel not compiled");
+    return;
+  }
+  compat::release_kernel(node);
   if (run.failed.load()) {
     // The enqueue-time check (PoCL patch) refuses launches whose locals
     // cannot fit; this is the backstop, failing the event, not the process.
     POCL_MSG_ERR("memlayer: kernel %s: local memory does not fit the device's %lu bytes\n",
                  node->command.run.kernel->name, static_cast<unsigned long>(params_.local_mem));
-    POCL_LOCK_OBJ(event);
-    pocl_update_event_failed(event);
-    POCL_UNLOCK_OBJ(event);
+    compat::fail_event(event, "memlayer: local memory does not fit");
   } else {
     POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel        ");
   }
@@ -256,9 +253,13 @@ void MemlayerDevice::run_inline(_cl_command_node* node) {
   // pocl_exec_command() updates the event around this call.
   auto run = prepare_kernel(node);
   if (!run) return;
+  if (!run->loaded) {
+    POCL_MSG_ERR("memlayer: kernel %s could not be compiled for this launch\n", node->command.run.kernel->name);
+    return;
+  }
   auto cu = make_compute_unit();
   const bool ran = cu.ok() && run_groups(*run, 0, run->total_groups, *cu.value());
-  pocl_release_dlhandle_cache(node);
+  compat::release_kernel(node);
   if (!ran) POCL_MSG_ERR("memlayer: kernel %s did not run: no local memory for it\n", node->command.run.kernel->name);
 }
 

@@ -24,7 +24,7 @@
 #include "memlayer/bufalloc/linear_region.hpp"
 #include "memlayer/drivers/device_memory.hpp"
 #include "parameters.hpp"
-#include "pocl_headers.hpp"
+#include "pocl_compat.hpp"
 
 namespace memlayer::pocl {
 
@@ -75,8 +75,8 @@ class MemlayerDevice {
 
   drivers::DevResult<std::unique_ptr<ComputeUnit>> make_compute_unit() const;
   void worker(unsigned index);
-  /// Makes the kernel run for a command; null when it completed already
-  /// (no work-groups).
+  /// Makes the kernel run for a command; null when it has no work-groups.
+  /// A run whose work-group function could not be made is not `loaded`.
   std::shared_ptr<KernelRun> prepare_kernel(_cl_command_node* node) const;
   /// Runs work-groups [first, last) of `run` on compute unit `cu`. Returns
   /// false if a chunk's local memory did not fit.

@@ -1,5 +1,6 @@
-// PoCL's internal headers, as the driver's C++ sees them. Some have no
-// extern "C" guard of their own.
+// PoCL's internal headers that 3.1 and 7.1 share, as the driver's C++ sees
+// them. Some have no extern "C" guard of their own. The ones only one
+// version has are in pocl_compat.hpp.
 #pragma once
 
 #include "pocl_cl.h"
@@ -11,7 +12,6 @@
 #include "devices.h"
 #include "pocl_image_types.h"
 #include "pocl-memlayer.h"
-#include "builtin_kernels.hh"
 #include "pocl_workgroup_func.h"
 
 extern "C" {

@@ -1,0 +1,256 @@
+// Where PoCL 3.1 (Debian's, with patches/pocl-3.1-memlayer.patch) and PoCL
+// 7.1 (with patches/pocl-7.1-memlayer-driver.patch) differ for this driver:
+// every version conditional of drivers/pocl/src is here, so the other files
+// read the same for both. MEMLAYER_POCL_MAJOR comes from pocl-tree.cmake
+// (PoCL's own MAJOR_VERSION).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+
+#include "pocl_headers.hpp"
+
+#ifndef MEMLAYER_POCL_MAJOR
+#error "MEMLAYER_POCL_MAJOR is not set (drivers/pocl/pocl-tree.cmake sets it from PoCL's MAJOR_VERSION)"
+#endif
+
+#if MEMLAYER_POCL_MAJOR >= 7
+#include "pocl_builtin_kernels.h"
+extern "C" {
+#include "common_utils.h"
+}
+#else
+#include "builtin_kernels.hh"
+#endif
+
+// Driver entry points whose signatures differ (prototypes.inc declares them).
+// reinit: 7.1 passes the device's parameters again.
+// migrate_d2d: the 3.1 patch adds the byte range to move; 7.1 moves the
+// whole object (a sub-buffer is an object of its own there), and
+// MEMLAYER_MIGRATE_D2D_RANGE names that range inside the function.
+#if MEMLAYER_POCL_MAJOR >= 7
+#define MEMLAYER_REINIT_PARAMS unsigned j, cl_device_id device, const char*
+#define MEMLAYER_MIGRATE_D2D_PARAMS \
+  cl_device_id, cl_device_id, cl_mem mem, pocl_mem_identifier *src_mem_id, pocl_mem_identifier *dst_mem_id
+#define MEMLAYER_MIGRATE_D2D_RANGE 0, mem->size
+#else
+#define MEMLAYER_REINIT_PARAMS unsigned j, cl_device_id device
+#define MEMLAYER_MIGRATE_D2D_PARAMS                                                          \
+  cl_device_id, cl_device_id, cl_mem mem, size_t offset, size_t size, pocl_mem_identifier *src_mem_id, \
+      pocl_mem_identifier *dst_mem_id
+#define MEMLAYER_MIGRATE_D2D_RANGE offset, size
+#endif
+
+namespace memlayer::pocl::compat {
+
+/// The CPU device's standard information (OpenCL C version, extensions,
+/// atomics, topology, cpuinfo, image limits), before the driver sets its own
+/// memory figures and compute units. global_mem_id stays the one devices.c
+/// assigned (the device index): the device has memory of its own.
+inline cl_int setup_cpu_device_infos(cl_device_id device) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  const unsigned global_mem_id = device->global_mem_id;
+  const cl_int status = pocl_cpu_init_common(device);  // sets global_mem_id = 0 (host memory)
+  device->global_mem_id = global_mem_id;
+  if (status != CL_SUCCESS) return status;
+  // Memory not shared with the host: no SVM or USM.
+  device->svm_caps = 0;
+  device->svm_allocation_priority = 0;
+  device->host_usm_capabs = 0;
+  device->device_usm_capabs = 0;
+  device->single_shared_usm_capabs = 0;
+  return CL_SUCCESS;
+#else
+  pocl_init_default_device_infos(device);
+  device->version_of_latest_passed_cts = HOST_DEVICE_LATEST_CTS_PASS;
+  device->extensions = HOST_DEVICE_EXTENSIONS;
+#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
+  device->features = HOST_DEVICE_FEATURES_30;
+  pocl_setup_opencl_c_with_version(device, CL_TRUE);
+  pocl_setup_features_with_version(device);
+#else
+  pocl_setup_opencl_c_with_version(device, CL_FALSE);
+#endif
+  pocl_setup_extensions_with_version(device);
+  pocl_setup_builtin_kernels_with_version(device);
+  pocl_setup_ils_with_version(device);
+  device->on_host_queue_props = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE;
+#if (HOST_DEVICE_CL_VERSION_MAJOR >= 3)
+  device->atomic_memory_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
+                                       CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP |
+                                       CL_DEVICE_ATOMIC_SCOPE_DEVICE;
+  device->atomic_fence_capabilities = CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL |
+                                      CL_DEVICE_ATOMIC_ORDER_SEQ_CST | CL_DEVICE_ATOMIC_SCOPE_WORK_ITEM |
+                                      CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP | CL_DEVICE_ATOMIC_SCOPE_DEVICE;
+#endif
+  device->svm_caps = 0;
+  device->svm_allocation_priority = 0;
+
+  device->global_mem_size = 1;  // topology detection asks for a nonzero value
+  if (pocl_topology_detect_device_info(device) != 0) return CL_INVALID_DEVICE;
+  pocl_cpuinfo_detect_device_info(device);
+  pocl_set_buffer_image_limits(device);
+  return CL_SUCCESS;
+#endif
+}
+
+/// 7.1 reads device->available through a pointer, which init sets.
+inline void mark_available(cl_device_id device) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  static cl_bool available = CL_TRUE;
+  device->available = &available;
+#else
+  (void)device;
+#endif
+}
+
+/// submit() marks the command as seen; notify() queues it only then.
+inline void mark_submitted(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  node->state = POCL_COMMAND_READY;
+#else
+  node->ready = 1;
+#endif
+}
+inline bool is_submitted(const _cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return node->state == POCL_COMMAND_READY;
+#else
+  return node->ready != 0;
+#endif
+}
+
+/// notify(): `finished`, a dependency of `event`, failed; both are locked.
+inline void fail_from_notify(cl_event event, cl_event finished) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  // 7.1 locks the command queue while failing an event: let go of the
+  // finished event first, and take both back in PoCL's order.
+  pocl_unlock_events_inorder(event, finished);
+  pocl_update_event_failed(CL_FAILED, nullptr, 0, event, nullptr);
+  pocl_lock_events_inorder(finished, event);
+#else
+  (void)finished;
+  pocl_update_event_failed(event);
+#endif
+}
+
+/// Fails a running command's event (not locked by the caller).
+inline void fail_event(cl_event event, const char* message) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  POCL_UPDATE_EVENT_FAILED_MSG(CL_FAILED, event, message);
+#else
+  (void)message;
+  POCL_LOCK_OBJ(event);
+  pocl_update_event_failed(event);
+  POCL_UNLOCK_OBJ(event);
+#endif
+}
+
+/// Compiles (or finds) the work-group function for this launch and leaves
+/// it in node->command.run.wg; false when it could not be made.
+inline bool load_kernel(_cl_command_node* node) {
+  char* saved_name = nullptr;
+  pocl_sanitize_builtin_kernel_name(node->command.run.kernel, &saved_name);
+#if MEMLAYER_POCL_MAJOR >= 7
+  void* handle = pocl_check_kernel_dlhandle_cache(node, CL_TRUE, CL_TRUE);
+  node->command.run.device_data = handle;
+  pocl_restore_builtin_kernel_name(node->command.run.kernel, saved_name);
+  return handle != nullptr && node->command.run.wg != nullptr;
+#else
+  pocl_check_kernel_dlhandle_cache(node, 1, 1);
+  pocl_restore_builtin_kernel_name(node->command.run.kernel, saved_name);
+  return node->command.run.wg != nullptr;
+#endif
+}
+inline void release_kernel(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  pocl_release_dlhandle_cache(node->command.run.device_data);
+  node->command.run.device_data = nullptr;
+#else
+  pocl_release_dlhandle_cache(node);
+#endif
+}
+
+/// 7.1: a program's program-scope global variables live in a buffer per
+/// device, set up by an init kernel before the first launch; the launch's
+/// context points at it. False when that set-up failed.
+inline bool setup_global_variables(_cl_command_node* node, pocl_context& context) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  cl_program program = node->command.run.kernel->program;
+  const cl_uint dev_i = node->program_device_i;
+  if (pocl_driver_build_gvar_init_kernel(program, dev_i, node->device, pocl_cpu_gvar_init_callback) != 0) return false;
+  context.global_var_buffer = static_cast<uchar*>(program->gvar_storage[dev_i]);
+#else
+  (void)node;
+  (void)context;
+#endif
+  return true;
+}
+
+/// A pointer argument that passes a raw address (SVM/USM) rather than a cl_mem.
+inline bool is_raw_pointer(const pocl_argument& argument) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return argument.is_raw_ptr != 0;
+#else
+  return argument.is_svm != 0;
+#endif
+}
+
+/// What a chunk of work-groups left in its printf buffer. 3.1's kernels
+/// store the formatted text; 7.1's store encoded records, which PoCL
+/// decodes, and by default (ENABLE_PRINTF_IMMEDIATE_FLUSH) the kernel has
+/// printed each one already.
+inline void write_printf_output(char* buffer, std::uint32_t bytes) {
+  if (bytes == 0) return;
+#if MEMLAYER_POCL_MAJOR >= 7
+#ifndef ENABLE_PRINTF_IMMEDIATE_FLUSH
+  pocl_write_printf_buffer(buffer, bytes);
+#else
+  (void)buffer;
+#endif
+#else
+  const ssize_t written = write(STDOUT_FILENO, buffer, bytes);
+  (void)written;  // printf output is best effort, as on every PoCL CPU device
+#endif
+}
+
+/// The calling thread's floating-point environment while it runs a chunk
+/// of work-groups: the program's flush-to-zero mode and the default
+/// rounding; the previous one is restored at the end.
+class KernelFloatMode {
+ public:
+  KernelFloatMode(cl_device_id device, cl_program program) {
+#if MEMLAYER_POCL_MAJOR >= 7
+    pocl_cpu_save_rm_and_ftz(&rm_, &ftz_);
+    pocl_cpu_setup_rm_and_ftz(device, program);
+#else
+    (void)device;
+    ftz_ = pocl_save_ftz();
+    pocl_set_ftz(program->flush_denorms);
+#endif
+  }
+  ~KernelFloatMode() {
+#if MEMLAYER_POCL_MAJOR >= 7
+    pocl_cpu_restore_rm_and_ftz(rm_, ftz_);
+#else
+    pocl_restore_ftz(ftz_);
+#endif
+  }
+  KernelFloatMode(const KernelFloatMode&) = delete;
+  KernelFloatMode& operator=(const KernelFloatMode&) = delete;
+
+  /// Before each work-group: a kernel may change the rounding mode (3.1;
+  /// 7.1's CPU drivers set it once per chunk, and so does this driver).
+  static void before_group() {
+#if MEMLAYER_POCL_MAJOR < 7
+    pocl_set_default_rm();
+#endif
+  }
+
+ private:
+  unsigned rm_ = 0;
+  unsigned ftz_ = 0;
+};
+
+}  // namespace memlayer::pocl::compat

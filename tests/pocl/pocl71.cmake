@@ -1,0 +1,83 @@
+# PoCL 7.1 with the memlayer driver (MEMLAYER_BUILD_POCL71; label pocl71):
+# the driver's own tests, the stress program, PoCL 7.1's runtime suite on
+# two memlayer devices, and the build script's errors for bad inputs.
+# Included from tests/pocl/CMakeLists.txt, which defines the programs.
+
+# memlayer_pocl71_test(name devices command...): a test with the PoCL 7.1
+# build's environment and POCL_DEVICES=devices.
+function(memlayer_pocl71_test name devices)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 900
+    ENVIRONMENT "${MEMLAYER_POCL71_ENV};POCL_DEVICES=${devices}")
+endfunction()
+
+add_dependencies(pocl_driver_test pocl71)
+
+memlayer_pocl71_test(pocl71_driver "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>)
+set_property(TEST pocl71_driver APPEND PROPERTY ENVIRONMENT
+  "POCL_MEMLAYER0_PARAMETERS=global_mem=48M,local_mem=32K,compute_units=2"
+  "POCL_MEMLAYER1_PARAMETERS=global_mem=80M,local_mem=64K,compute_units=3"
+  "MEMLAYER_EXPECT_POCL_VERSION=7.1" "MEMLAYER_EXPECT_DEVICE_NAME=memlayer-"
+  # PoCL 7.1's own migration loses a sub-buffer write (pocl_driver_test.cpp,
+  # AKernelsWriteToASubBufferIsReadThroughItsParent): asserted as lost.
+  "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
+
+# clinfo through the ICD loader lists the two devices of the memlayer driver.
+find_program(MEMLAYER_CLINFO clinfo)
+if(MEMLAYER_CLINFO)
+  memlayer_pocl71_test(pocl71_clinfo "memlayer memlayer" ${MEMLAYER_CLINFO} --list)
+  set_property(TEST pocl71_clinfo PROPERTY PASS_REGULAR_EXPRESSION "Platform #0: Portable Computing Language[^\n]*\n[^\n]*Device #0: memlayer-[^\n]*\n[^\n]*Device #1: memlayer-")
+endif()
+
+# memlayer-cl-stress on whole buffers (--sub-buffers 0): every read checked
+# against the host model. With sub-buffers, PoCL 7.1's own migration loses
+# writes on memlayer devices (doc/pocl-driver.md, PoCL 7.1), so those runs
+# are not here yet.
+memlayer_pocl71_test(pocl71_cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+                     --ops 3000 --seed 1 --sub-buffers 0)
+memlayer_pocl71_test(pocl71_cl_stress_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+                     --ops 3000 --seed 2 --sub-buffers 0 --queues-per-device 3)
+
+# PoCL 7.1's own tests/runtime on two memlayer devices (PoCL's migration
+# engine). Left out: clCreateSubDevices (the memlayer device does not
+# partition, doc/pocl-driver.md) and test_device_address (buffer device
+# addresses: it fails on PoCL 7.1's own cpu devices here too).
+memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
+  -E "clCreateSubDevices|test_device_address"
+  --output-on-failure --timeout 300)
+# And its tests/regression, whole (104 tests; the 18 that skip skip on 7.1's
+# cpu devices too).
+memlayer_pocl71_test(pocl71_suite_regression "memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^regression/"
+  --output-on-failure --timeout 300)
+
+# A bad device parameter: the device is left out and stderr says why.
+memlayer_pocl71_test(pocl71_bad_parameter memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 1)
+set_property(TEST pocl71_bad_parameter APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER0_PARAMETERS=size=1G")
+set_property(TEST pocl71_bad_parameter PROPERTY PASS_REGULAR_EXPRESSION
+  "memlayer device 0: memlayer parameters: unknown key 'size'")
+
+# The build script's bad inputs: exit status 1 and a one-line message that
+# names the fix (tests/pocl/expect_failure.sh). They build nothing.
+set(build_pocl ${PROJECT_SOURCE_DIR}/drivers/pocl/build-pocl.sh)
+set(expect_failure ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
+function(memlayer_pocl71_error_test name message)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -E env ${ARGN} ${expect_failure} 1 "${message}"
+                                ${build_pocl} --pocl=7.1 --print-dir)
+  set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 60)
+endfunction()
+memlayer_pocl71_error_test(pocl71_error_no_tarball_set
+  "POCL71_TARBALL is not set (download pocl-7.1.tar.xz from https://github.com/pocl/pocl/releases/tag/v7.1" --unset=POCL71_TARBALL)
+memlayer_pocl71_error_test(pocl71_error_tarball_missing
+  "POCL71_TARBALL=/nonexistent/pocl-7.1.tar.xz not found (download pocl-7.1.tar.xz" POCL71_TARBALL=/nonexistent/pocl-7.1.tar.xz)
+# Not a tarball at all, and PoCL 3.1's (another version's) tarball.
+memlayer_pocl71_error_test(pocl71_error_not_a_tarball
+  "is not a PoCL 7.1 tarball" POCL71_TARBALL=${PROJECT_SOURCE_DIR}/CMakeLists.txt)
+if(EXISTS /usr/src/pocl.tar.xz)
+  memlayer_pocl71_error_test(pocl71_error_wrong_version_tarball
+    "POCL71_TARBALL=/usr/src/pocl.tar.xz is not a PoCL 7.1 tarball" POCL71_TARBALL=/usr/src/pocl.tar.xz)
+endif()
+memlayer_pocl71_error_test(pocl71_error_no_llvm19
+  "/nonexistent/llvm-config-19 not found: PoCL 7.1 needs LLVM 19 (./memlayer deps-pocl71"
+  POCL71_TARBALL=${MEMLAYER_POCL71_TARBALL} POCL71_LLVM_CONFIG=/nonexistent/llvm-config-19)
