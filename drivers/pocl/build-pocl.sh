@@ -5,7 +5,8 @@
 #   build-pocl.sh [--pocl=3.1|--pocl=7.1] [--print-dir]
 #
 # --pocl=3.1 (the default): Debian's pocl-source, with the memlayer driver and
-# memlayer's migration engine in PoCL's core (patches/pocl-3.1-memlayer.patch).
+# memlayer's migration engine in PoCL's core (patches/pocl-3.1-memlayer.patch), and one
+# patch file per PoCL bug it fixes (the other patches/pocl-3.1-*.patch).
 # --pocl=7.1: PoCL's v7.1 release tarball (POCL71_TARBALL), with the memlayer
 # driver only (patches/pocl-7.1-*.patch); PoCL 7.1 keeps its own migration.
 #
@@ -43,7 +44,9 @@ done
 
 if [ "$version" = 3.1 ]; then
   tarball=${POCL_TARBALL:-/usr/src/pocl.tar.xz}
-  patch_file=$here/patches/pocl-3.1-memlayer.patch
+  # pocl-3.1-memlayer.patch: the driver's registration and the engine's
+  # hook; each other pocl-3.1-*.patch fixes one PoCL bug, named in its file name.
+  patches=("$here"/patches/pocl-3.1-*.patch)
 
   [ -r "$tarball" ] || { echo "build-pocl: $tarball not found (apt-get install pocl-source)" >&2; exit 1; }
 
@@ -76,9 +79,8 @@ if [ "$version" = 3.1 ]; then
     cpu_note="LLVM 15 does not know this CPU ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)); PoCL's kernels target $level"
     pocl_flags+=(-DLLC_HOST_CPU=$level)
   fi
-  key=$( (cat "$tarball" "$patch_file"; echo "${pocl_flags[*]}") | sha256sum | cut -c1-16)
+  key=$( (cat "$tarball" "${patches[@]}"; echo "${pocl_flags[*]}") | sha256sum | cut -c1-16)
   dir=$cache/pocl-3.1-$key
-  patches=("$patch_file")
   top=pocl  # the tarball's top folder
   with_core=1  # memlayer's migration engine goes into PoCL's core
 

@@ -12,6 +12,8 @@ function(memlayer_pocl71_test name devices)
 endfunction()
 
 add_dependencies(pocl_driver_test pocl71)
+add_dependencies(pocl_failure_test pocl71)
+memlayer_pocl71_test(pocl71_failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>)
 
 memlayer_pocl71_test(pocl71_driver "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>)
 set_property(TEST pocl71_driver APPEND PROPERTY ENVIRONMENT

@@ -1,0 +1,101 @@
+// Failure paths through the ICD loader on two memlayer devices, on any PoCL
+// the driver is built into: a command that fails calls the callbacks
+// registered for CL_COMPLETE with its negative status, and so does a command
+// on the other device that fails because it depended on it, and a callback
+// registered after the failure (PoCL 3.1 called none of them, 7.1 called
+// them with CL_COMPLETE: drivers/pocl/patches/pocl-*-callbacks-on-error.patch).
+// Waits are bounded: a callback that never comes fails the test, it does not
+// hang it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "cl_check.hpp"
+
+using namespace memlayer::cltest;
+
+namespace {
+
+struct Seen {
+  std::atomic<int> calls{0};
+  std::atomic<cl_int> status{1};
+};
+
+void CL_CALLBACK record(cl_event, cl_int status, void* seen) {
+  auto* s = static_cast<Seen*>(seen);
+  s->status.store(status);
+  s->calls.fetch_add(1);
+}
+
+// True once every one of `seen` was called, false after 20 s.
+bool called(std::initializer_list<const Seen*> seen) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    bool all = true;
+    for (const Seen* s : seen) all = all && s->calls.load() > 0;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+TEST(PoclFailure, CompleteCallbacksRunWithTheNegativeStatusOfAFailedCommand) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  constexpr std::size_t kBytes = 64 << 10;
+  std::vector<std::uint8_t> sevens(kBytes, 7), data(4096, 42), out(kBytes);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, kBytes, sevens.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+
+  // A command that succeeds: its callback sees CL_COMPLETE.
+  Seen fine;
+  {
+    cl_event e = nullptr;
+    ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, 64, out.data(), 0, nullptr, &e),
+              CL_SUCCESS);
+    Event done(e);
+    ASSERT_EQ(clSetEventCallback(e, CL_COMPLETE, record, &fine), CL_SUCCESS);
+    ASSERT_TRUE(called({&fine})) << "the callback of a command that completed never ran";
+    EXPECT_EQ(fine.status.load(), CL_COMPLETE);
+  }
+
+  // A write gated on a user event that fails, and a read of the same bytes
+  // on the other device, which the engine orders after the write.
+  Event gate(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = gate.get();
+  cl_event w = nullptr, r = nullptr;
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, data.size(), data.data(), 1, &g, &w),
+            CL_SUCCESS);
+  Event write(w);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, kBytes, out.data(), 0, nullptr, &r),
+            CL_SUCCESS);
+  Event read(r);
+  Seen write_seen, read_seen;
+  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &write_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetEventCallback(r, CL_COMPLETE, record, &read_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetUserEventStatus(g, -5), CL_SUCCESS);
+
+  ASSERT_TRUE(called({&write_seen, &read_seen})) << "a failed command's CL_COMPLETE callback never ran (write: "
+                                                 << write_seen.calls << " calls, read: " << read_seen.calls << ")";
+  EXPECT_LT(write_seen.status.load(), 0);
+  EXPECT_LT(read_seen.status.load(), 0);
+  EXPECT_EQ(write_seen.calls.load(), 1);
+  EXPECT_EQ(read_seen.calls.load(), 1);
+  EXPECT_EQ(clWaitForEvents(1, &w), CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  cl_int status = CL_COMPLETE;
+  ASSERT_EQ(clGetEventInfo(r, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr), CL_SUCCESS);
+  EXPECT_LT(status, 0);
+
+  // Registered after the failure: called at once, with the negative status.
+  Seen late;
+  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &late), CL_SUCCESS);
+  ASSERT_TRUE(called({&late}));
+  EXPECT_LT(late.status.load(), 0);
+}
+
+}  // namespace
