@@ -1,7 +1,5 @@
 #include "transaction.hpp"
 
-#include "ref_batch.hpp"
-
 #include <algorithm>
 #include <new>
 #include <stdexcept>
