@@ -23,7 +23,7 @@ constexpr std::uint64_t kBufferSize = 1 << 20;
 
 EventOps finished_at_once() {
   EventOps ops;
-  ops.finished = [](void*, Event) { return 1; };
+  ops.status = [](void*, Event) { return 1; };
   return ops;
 }
 

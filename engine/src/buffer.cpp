@@ -19,7 +19,9 @@ migration::EventOps Buffer::ops_of(Buffer* b) {
   ops.context = b;
   ops.retain = [](void* c, Event e) { static_cast<Buffer*>(c)->hold(e); };
   ops.release = [](void* c, Event e) { static_cast<Buffer*>(c)->drop(e); };
-  ops.finished = [](void* c, Event e) -> int { return static_cast<Buffer*>(c)->host_finished(e) ? 1 : 0; };
+  ops.status = [](void* c, Event e) -> int {
+    return static_cast<int>(static_cast<Buffer*>(c)->engine_.host().status(e));
+  };
   return ops;
 }
 
@@ -87,6 +89,7 @@ void Buffer::drop(Event e) {
   else engine_.host().release(e, 1);
 }
 
+
 bool Buffer::host_finished(Event e) const { return engine_.host().finished(e); }
 
 bool Buffer::has_storage(Location at) const {
@@ -102,6 +105,11 @@ bool Buffer::valid_at(Location at, std::uint64_t offset, std::uint64_t size) con
 std::uint64_t Buffer::bytes_only_at(Location at) const {
   std::lock_guard lock(mutex_);
   return versions_.bytes_only_at(at);
+}
+
+std::uint64_t Buffer::bytes_lost() const {
+  std::lock_guard lock(mutex_);
+  return versions_.bytes_lost();
 }
 
 }  // namespace memlayer::engine

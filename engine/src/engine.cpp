@@ -31,6 +31,7 @@ EngineStats Engine::stats() const noexcept {
   s.evictions = counters_.evictions.load();
   s.write_backs = counters_.write_backs.load();
   s.bytes_written_back = counters_.bytes_written_back.load();
+  s.bytes_lost = counters_.bytes_lost.load();
   return s;
 }
 

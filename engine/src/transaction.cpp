@@ -181,11 +181,14 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
 // to write back), then the least recently used. Returned locked. Never waits
 // for a lock.
 Buffer* Transaction::pick_victim(Location loc) {
+  // `unpinned`: no unfinished writer's undo state names the storage (else
+  // evicting it would lose that content should the writer fail).
   struct Rank {
-    bool idle, clean;
+    bool idle, unpinned, clean;
     std::uint64_t last_use;
     bool better_than(const Rank& o) const {
       if (idle != o.idle) return idle;
+      if (unpinned != o.unpinned) return unpinned;
       if (clean != o.clean) return clean;
       return last_use < o.last_use;
     }
@@ -200,8 +203,8 @@ Buffer* Transaction::pick_victim(Location loc) {
       continue;
     }
     const Storage& st = b->storage_[loc];
-    const Rank r{std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); }),
-                 b->versions_.bytes_only_at(loc) == 0, st.last_use};
+    const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
+    const Rank r{idle, idle || !b->versions_.undo_names(loc), b->versions_.bytes_only_at(loc) == 0, st.last_use};
     if (victim != nullptr && !r.better_than(best)) {
       b->mutex_.unlock();
       continue;
@@ -234,7 +237,9 @@ bool Transaction::evict_one(Location loc) {
     }
   } rebatch{*victim, s_.refs, host_};
   migration::Plan& plan = s_.evict_plan;
+  const std::uint64_t lost = victim->versions_.bytes_lost();
   victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+  count_lost(victim->versions_.bytes_lost() - lost);
   if (!plan.copies.empty() && place(*victim, kHost, true)) return false;
 
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
@@ -276,11 +281,13 @@ std::optional<EnqueueError> Transaction::plan_all() {
   const migration::CostModel& cost = host_.cost_model();
   std::size_t kept = 0;
   for (EnqueueScratch::Group& g : s_.groups) {
+    const std::uint64_t lost = g.buffer->versions_.bytes_lost();
     try {
       g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     } catch (const std::logic_error& e) {
       return error(EnqueueError::Code::host_failed, e.what());
     }
+    count_lost(g.buffer->versions_.bytes_lost() - lost);
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
     if (s_.planning.copies.empty()) continue;
     if (kept == s_.with_copies.size()) s_.with_copies.emplace_back();
@@ -409,6 +416,11 @@ void Transaction::add_wait(Event e) {
   if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
   hold(e);
   out_.waits_.push_back(e);
+}
+
+void Transaction::count_lost(std::uint64_t bytes) {
+  if (bytes != 0) [[unlikely]]
+    engine_.counters_.bytes_lost.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Transaction::count_copy(const migration::Copy& c) {

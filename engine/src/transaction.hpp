@@ -85,6 +85,7 @@ class Transaction {
   void drop(Event e) noexcept;
   std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
+  void count_lost(std::uint64_t bytes);
 
   Engine& engine_;
   Host& host_;

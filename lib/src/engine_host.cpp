@@ -58,7 +58,7 @@ std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& 
 
 void EngineHost::retain(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_retain(count); }
 void EngineHost::release(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_release(count); }
-bool EngineHost::finished(engine::Event e) const noexcept { return state(e)->status() <= cl::kComplete; }
+engine::EventStatus EngineHost::status(engine::Event e) const noexcept { return state(e)->outcome(); }
 
 engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::uint64_t size) {
   using Outcome = engine::Allocation::Outcome;

@@ -17,7 +17,7 @@ class EngineHost final : public engine::Host {
 
   void retain(engine::Event e, std::uint32_t count) noexcept override;
   void release(engine::Event e, std::uint32_t count) noexcept override;
-  [[nodiscard]] bool finished(engine::Event e) const noexcept override;
+  [[nodiscard]] engine::EventStatus status(engine::Event e) const noexcept override;
 
   engine::Allocation allocate(engine::Location at, void* cookie, std::uint64_t size) override;
   void free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,

@@ -4,9 +4,12 @@
 
 namespace memlayer::runtime::detail {
 
-int EventState::status() const {
-  std::lock_guard lock(mutex_);
-  return status_;
+migration::EventStatus EventState::outcome() const {
+  const int s = status();
+  if (s > cl::kComplete) return migration::EventStatus::running;
+  if (s == cl::kComplete) return migration::EventStatus::completed;
+  return started_.load(std::memory_order_relaxed) ? migration::EventStatus::failed
+                                                   : migration::EventStatus::cancelled;
 }
 
 std::string EventState::message() const {
@@ -22,12 +25,12 @@ ProfilingInfo EventState::profiling() const {
 int EventState::wait() {
   std::unique_lock lock(mutex_);
   ended_.wait(lock, [&] { return status_ <= cl::kComplete; });
-  return status_;
+  return status_.load();
 }
 
 std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node) {
   std::lock_guard lock(mutex_);
-  if (status_ <= cl::kComplete) return status_;
+  if (status_ <= cl::kComplete) return status_.load();
   waiters_.push_back(node);
   return std::nullopt;
 }
@@ -40,7 +43,7 @@ void EventState::add_callback(std::function<void(int)> cb) {
       callbacks_.push_back(std::move(cb));
       return;
     }
-    ended_with = status_;
+    ended_with = status_.load();
   }
   cb(ended_with);
 }
@@ -48,7 +51,8 @@ void EventState::add_callback(std::function<void(int)> cb) {
 void EventState::mark(int status) {
   std::lock_guard lock(mutex_);
   if (status_ <= cl::kComplete || status >= status_) return;
-  status_ = status;
+  if (status == cl::kRunning) started_.store(true, std::memory_order_relaxed);  // published by status_
+  status_.store(status, std::memory_order_release);
   (status == cl::kSubmitted ? profile_.submitted_ns : profile_.started_ns) = now_ns();
 }
 
@@ -57,7 +61,7 @@ bool EventState::finish(int status, std::string message, std::vector<std::shared
   {
     std::lock_guard lock(mutex_);
     if (status_ <= cl::kComplete) return false;
-    status_ = status;
+    status_.store(status, std::memory_order_release);
     message_ = std::move(message);
     const auto t = now_ns();
     if (profile_.submitted_ns == 0) profile_.submitted_ns = t;

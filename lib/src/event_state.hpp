@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "memlayer/migration/event.hpp"
 #include "memlayer/runtime/event.hpp"
 
 namespace memlayer::runtime::detail {
@@ -24,7 +25,11 @@ class EventState : public std::enable_shared_from_this<EventState> {
   explicit EventState(bool user) : user_(user) { profile_.queued_ns = now_ns(); }
 
   bool user() const { return user_; }
-  int status() const;
+  /// Lock-free: the migration engine asks it at every enqueue.
+  int status() const { return status_.load(std::memory_order_acquire); }
+  /// The engine's view (migration/event.hpp): a failure is `failed` when
+  /// the command had started, `cancelled` when it never ran.
+  migration::EventStatus outcome() const;
   std::string message() const;
   ProfilingInfo profiling() const;
   int wait();
@@ -47,7 +52,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
  private:
   mutable std::mutex mutex_;
   std::condition_variable ended_;
-  int status_ = cl::kQueued;
+  std::atomic<int> status_{cl::kQueued};  // written under mutex_
+  std::atomic<bool> started_{false};      // it reached kRunning; set before status_ ends
   std::string message_;
   const bool user_;
   ProfilingInfo profile_;

@@ -25,11 +25,17 @@ struct ml_plan {
 
 struct ml_versions {
   ml_versions(std::uint64_t size, LocationSet valid, const ml_event_ops& c)
-      : ops{c.context, c.retain, c.release, c.finished}, versions(size, valid, ops) {}
+      : ops{c.context, c.retain, c.release, c.status}, versions(size, valid, ops) {}
   // The C callbacks themselves: EventOps has ml_event_ops's members and types.
   EventOps ops;
   RangeVersions versions;
 };
+
+static_assert(ML_EVENT_RUNNING == static_cast<int>(memlayer::migration::EventStatus::running) &&
+              ML_EVENT_COMPLETE == static_cast<int>(memlayer::migration::EventStatus::completed) &&
+              ML_EVENT_CANCELLED == static_cast<int>(memlayer::migration::EventStatus::cancelled) &&
+              ML_EVENT_FAILED == static_cast<int>(memlayer::migration::EventStatus::failed),
+              "ml_event_ops.status and EventOps::status share their values");
 
 namespace {
 
@@ -150,7 +156,7 @@ ml_status ml_versions_create(uint64_t size, uint64_t valid_mask, const ml_event_
 
 void ml_versions_destroy(ml_versions* versions) { std::unique_ptr<ml_versions> owned(versions); }
 
-ml_status ml_versions_plan(const ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
+ml_status ml_versions_plan(ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
                                const ml_cost_model* cost, ml_plan* plan) {
   if (versions == nullptr || cost == nullptr || plan == nullptr)
     return fail(ML_ERROR_INVALID_ARGUMENT, "plan: null argument");
@@ -180,7 +186,7 @@ ml_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const m
   });
 }
 
-ml_status ml_versions_plan_evict(const ml_versions* versions, uint32_t at, const ml_cost_model* cost,
+ml_status ml_versions_plan_evict(ml_versions* versions, uint32_t at, const ml_cost_model* cost,
                                      ml_plan* plan) {
   if (versions == nullptr || cost == nullptr || plan == nullptr || at == kHost)
     return fail(ML_ERROR_INVALID_ARGUMENT, "plan evict: null argument, or the host location");
@@ -217,6 +223,10 @@ uint64_t ml_versions_bytes_only_at(const ml_versions* versions, uint32_t at) {
 
 size_t ml_versions_span_count(const ml_versions* versions) {
   return versions == nullptr ? 0 : versions->versions.span_count();
+}
+
+uint64_t ml_versions_bytes_lost(const ml_versions* versions) {
+  return versions == nullptr ? 0 : versions->versions.bytes_lost();
 }
 
 }  // extern "C"

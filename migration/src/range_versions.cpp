@@ -10,6 +10,10 @@ namespace memlayer::migration {
 namespace {
 
 constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
+// Undo records kept per buffer: more unfinished writes forget the oldest,
+// whose content is then lost only if its writer fails (settle_span()). It
+// bounds what settle() costs at each plan under a deep queue.
+constexpr std::size_t kMaxUndo = 64;
 
 void add_unique(std::vector<Event>& list, Event e) {
   if (e == nullptr) return;
@@ -75,6 +79,7 @@ RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, co
 
 RangeVersions::~RangeVersions() {
   for (const auto& [offset, span] : spans_) drop_span(span);
+  for (std::size_t i = 0; i < undo_.size(); ++i) forget_undo(i);
 }
 
 // One use of the whole buffer while it is one span: the common case, which
@@ -157,6 +162,115 @@ void RangeVersions::drop_span(const Span& s) const {
   for (Event e : s.readers) ops_.drop(e);
 }
 
+// ---- failures --------------------------------------------------------------
+
+// Applies what the runtime reports about unfinished writers (the header's
+// "Failures"): a failed writer's records are put back, newest first; a
+// completed writer's are dropped.
+void RangeVersions::settle() {
+  if (undo_.empty()) return;
+  for (std::size_t i = undo_.size(); i-- > 0;) {  // restore() erases only records from i on
+    const EventStatus st = ops_.state(undo_[i].writer);
+    if (st == EventStatus::cancelled || st == EventStatus::failed) restore(i, st == EventStatus::failed);
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < undo_.size(); ++i) {
+    if (ops_.state(undo_[i].writer) == EventStatus::completed) {
+      forget_undo(i);
+      continue;
+    }
+    if (kept != i) undo_[kept] = std::move(undo_[i]);
+    ++kept;
+  }
+  undo_.resize(kept);
+}
+
+// Drops record `index`'s references and keeps its lists for reuse; the
+// caller removes the record.
+void RangeVersions::forget_undo(std::size_t index) {
+  Undo& r = undo_[index];
+  drop_span(r.before);
+  ops_.drop(r.writer);
+  r.writer = nullptr;
+  if (spare_.holders.capacity() == 0) spare_.holders = std::move(r.before.holders);
+  if (spare_.readers.capacity() == 0) spare_.readers = std::move(r.before.readers);
+  r.before = Span{};
+}
+
+// Puts back what record `index` says its bytes were before its writer,
+// which failed (`ran`: after starting).
+void RangeVersions::restore(std::size_t index, bool ran) {
+  Undo r = std::move(undo_[index]);
+  undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
+  const std::uint64_t begin = r.offset, end = r.offset + r.size;
+  // Newer records over these bytes describe content made from the failed
+  // one; their writers wait for it, so they fail too.
+  for (std::size_t j = index; j < undo_.size();) {
+    if (undo_[j].offset < end && begin < undo_[j].offset + undo_[j].size) {
+      forget_undo(j);
+      undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(j));
+    } else {
+      ++j;
+    }
+  }
+  split_at(begin);
+  split_at(end);
+  for (auto it = spans_.find(begin); it != spans_.end() && it->first < end;) {
+    drop_span(it->second);
+    it = spans_.erase(it);
+  }
+  Span& s = spans_.emplace(begin, std::move(r.before)).first->second;
+  ops_.drop(r.writer);
+  if (ran) {  // its partial writes spoilt the copy where it ran
+    auto h = std::find_if(s.holders.begin(), s.holders.end(), [&](const Holder& x) { return x.where == r.at; });
+    if (h != s.holders.end()) {
+      ops_.drop(h->ready);
+      s.holders.erase(h);
+    }
+  }
+  settle_span(s, r.size);
+  merge_range(begin, end);
+}
+
+// What one span's own lists say of failures: a copy that failed left no
+// valid bytes, and a reader that failed orders nothing (neither may reach a
+// wait list: it would fail the command); a failed last writer here had its
+// record forgotten (kMaxUndo). Content with no holder left is lost.
+void RangeVersions::settle_span(Span& s, std::uint64_t bytes) {
+  std::erase_if(s.holders, [&](const Holder& h) {
+    if (!ops_.failed(h.ready)) return false;
+    ops_.drop(h.ready);
+    return true;
+  });
+  std::erase_if(s.readers, [&](Event e) {
+    if (!ops_.failed(e)) return false;
+    ops_.drop(e);
+    return true;
+  });
+  if (ops_.failed(s.last_writer)) {
+    for (const Holder& h : s.holders) ops_.drop(h.ready);
+    s.holders.clear();
+    ops_.drop(s.last_writer);
+    s.last_writer = nullptr;
+  }
+  if (s.holders.empty() && !s.anywhere) {
+    s.anywhere = true;
+    s.version = next_version_++;
+    bytes_lost_ += bytes;
+  }
+}
+
+void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end) {
+  for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it)
+    settle_span(it->second, end_of(it) - it->first);
+}
+
+bool RangeVersions::undo_names(Location at) const {
+  return std::any_of(undo_.begin(), undo_.end(), [&](const Undo& r) {
+    return std::any_of(r.before.holders.begin(), r.before.holders.end(), [&](const Holder& h) { return h.where == at; });
+  });
+}
+
 void RangeVersions::add_reader(Span& s, Event e) {
   if (e == nullptr || std::find(s.readers.begin(), s.readers.end(), e) != s.readers.end()) return;
   ops_.hold(e);
@@ -165,7 +279,8 @@ void RangeVersions::add_reader(Span& s, Event e) {
 }
 
 // Finished events order nothing any more: drop them, so lists stay short and
-// spans that differ only in finished history can merge.
+// spans that differ only in finished history can merge. Failed ready events
+// and writers stay: settle() needs them to undo.
 void RangeVersions::prune(Span& s) {
   auto keep = std::remove_if(s.readers.begin(), s.readers.end(), [&](Event e) {
     if (!ops_.done(e)) return false;
@@ -174,12 +289,12 @@ void RangeVersions::prune(Span& s) {
   });
   s.readers.erase(keep, s.readers.end());
   for (Holder& h : s.holders) {
-    if (h.ready != nullptr && ops_.done(h.ready)) {
+    if (h.ready != nullptr && ops_.state(h.ready) == EventStatus::completed) {
       ops_.drop(h.ready);
       h.ready = nullptr;
     }
   }
-  if (s.last_writer != nullptr && ops_.done(s.last_writer)) {
+  if (s.last_writer != nullptr && ops_.state(s.last_writer) == EventStatus::completed) {
     ops_.drop(s.last_writer);
     s.last_writer = nullptr;
   }
@@ -254,14 +369,18 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
   }
 }
 
-void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const {
+void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
-    const Span& s = spans_.begin()->second;
+    settle();
+    Span& s = spans_.begin()->second;
+    settle_span(s, size_);
     if (reads_old_content(uses[0].access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
     plan_waits(s, uses[0].access, at, out);
     return;
   }
+  settle();
+  for (const Use& u : uses) settle_range(u.offset, u.offset + u.size);
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const auto first = span_containing(begin);
     if (reads_old_content(access)) plan_fetch(first, begin, end, at, cost, out);
@@ -269,16 +388,27 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
   });
 }
 
-// The command's bytes are the new version, held only where it runs.
-void RangeVersions::write_span(Span& s, std::uint64_t version, Location at, Event command) {
+// The command's bytes [offset, offset + size) are the new version, held only
+// where it runs; what they were goes into an undo record until it
+// completes, with the lists of a dropped record reused for the new content.
+void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
+                               Location at, Event command) {
+  if (undo_.size() == kMaxUndo) {
+    forget_undo(0);
+    undo_.erase(undo_.begin());
+  }
   ops_.hold(command);
-  drop_span(s);
+  undo_.push_back(Undo{command, at, offset, size, std::move(s)});
+  s = Span{};
+  s.holders = std::move(spare_.holders);
+  s.readers = std::move(spare_.readers);
+  s.holders.clear();
+  s.readers.clear();
   s.version = version;
-  s.anywhere = false;
-  s.holders.assign(1, Holder{at, command});
+  ops_.hold(command);
+  s.holders.push_back(Holder{at, command});
   ops_.hold(command);
   s.last_writer = command;
-  s.readers.clear();
 }
 
 void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses,
@@ -287,7 +417,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   if (plan.copies.empty() && whole_span(uses)) {  // nothing splits, nothing can merge
     Span& s = spans_.begin()->second;
-    if (writes(uses[0].access)) write_span(s, next_version_++, at, command);
+    if (writes(uses[0].access)) write_span(s, 0, size_, next_version_++, at, command);
     else add_reader(s, command);
     return;
   }
@@ -329,23 +459,29 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
         continue;
       }
       if (++touched > 1) reshaped = true;
-      write_span(s, version, at, command);
+      write_span(s, it->first, end_of(it) - it->first, version, at, command);
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);
   });
   if (reshaped && lo < hi) merge_range(lo, hi);
 }
 
-void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) const {
+void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (at == kHost) throw std::invalid_argument("migration: the host copy is not evicted");
+  settle();
+  settle_range(0, size_);
   for (auto it = spans_.begin(); it != spans_.end(); ++it) {
     const Span& s = it->second;
     const Holder* h = holder(s, at);
     if (h == nullptr) continue;
     add_unique(out.wait, h->ready);
     for (Event r : s.readers) add_unique(out.wait, r);
-    if (s.anywhere || s.holders.size() > 1) continue;  // valid elsewhere too: just drop it
+    // Valid elsewhere for sure (not by a copy still in flight): just drop it.
+    const bool elsewhere = std::any_of(s.holders.begin(), s.holders.end(), [&](const Holder& x) {
+      return x.where != at && ops_.state(x.ready) == EventStatus::completed;
+    });
+    if (s.anywhere || elsewhere) continue;
     const std::uint64_t x = it->first, n = end_of(it) - x;
     if (!cost.cost(at, kHost, n)) {
       throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
@@ -374,13 +510,20 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
       set_holder(it->second, kHost, copy_events[i]);
     }
   }
-  for (auto& [offset, s] : spans_) {
-    auto h = std::find_if(s.holders.begin(), s.holders.end(), [&](const Holder& x) { return x.where == at; });
-    if (h == s.holders.end()) continue;
-    if (s.holders.size() == 1) throw std::logic_error("migration: eviction would drop the only valid copy");
+  auto forget = [&](Span& x) {
+    auto h = std::find_if(x.holders.begin(), x.holders.end(), [&](const Holder& y) { return y.where == at; });
+    if (h == x.holders.end()) return;
     ops_.drop(h->ready);
-    s.holders.erase(h);
+    x.holders.erase(h);
+  };
+  for (auto& [offset, s] : spans_) {
+    if (s.holders.size() == 1 && s.holders[0].where == at)
+      throw std::logic_error("migration: eviction would drop the only valid copy");
+    forget(s);
   }
+  // An undo record left with no holder is lost if its writer fails
+  // (bytes_lost); eviction prefers other storage (undo_names()).
+  for (Undo& r : undo_) forget(r.before);
   merge_range(0, size_);
 }
 

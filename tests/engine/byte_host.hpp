@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -30,11 +31,26 @@ namespace memlayer::engine::testing {
 using migration::kHost;
 
 struct Task {
+  enum class Kind : std::uint8_t { command, copy, fence, user };
   int id = 0;
+  Kind kind = Kind::command;
   std::function<void()> work;  // empty for commands a test runs itself, and fences
+  std::function<void()> half_work;  // a failure half-way: what it writes before it fails
   std::vector<Task*> deps;
   bool submitted = false, discarded = false, done = false;
+  EventStatus outcome = EventStatus::running;  // once done
   int refs = 0;  // the engine's references
+  [[nodiscard]] bool failed() const { return done && outcome != EventStatus::completed; }
+};
+
+/// Faults the host injects as tasks run (each with its probability):
+/// `cancel`: a command or copy fails before it starts (writes nothing);
+/// `fail`: it fails half-way (a copy writes half its bytes, a command runs
+/// its half_work, else all of its work). A task whose dependency failed fails
+/// too, without running (engine/host.hpp requires it); fences free storage
+/// whatever their dependencies did.
+struct Faults {
+  double cancel = 0, fail = 0;
 };
 
 /// A buffer's host-side object (the cookie).
@@ -64,7 +80,11 @@ class ByteHost final : public Host {
     EXPECT_GE(t.refs, static_cast<int>(count)) << "task " << t.id << " released more often than retained";
     t.refs -= static_cast<int>(count);
   }
-  bool finished(Event e) const noexcept override { return static_cast<const Task*>(e)->done; }
+  EventStatus status(Event e) const noexcept override {
+    const Task& t = *static_cast<const Task*>(e);
+    if (!t.done) return EventStatus::running;
+    return t.outcome;
+  }
 
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override {
     Allocation a;
@@ -110,6 +130,7 @@ class ByteHost final : public Host {
             std::span<const Event> after) noexcept override {
     if (at == kHost) return;
     Task& fence = new_task();
+    fence.kind = Task::Kind::fence;
     for (Event e : after) {
       // The engine must still hold what it names (a real host would read a freed event).
       EXPECT_GT(task(e).refs, 0) << "free() named task " << task(e).id << ", which nobody holds";
@@ -136,7 +157,9 @@ class ByteHost final : public Host {
     std::uint8_t* from = bytes(r.src, r.src_storage) + r.offset;
     std::uint8_t* to = bytes(r.dst, r.dst_storage) + r.offset;
     const std::uint64_t n = r.size;
+    t.kind = Task::Kind::copy;
     t.work = [from, to, n] { std::memmove(to, from, n); };
+    t.half_work = [from, to, n] { std::memmove(to, from, n / 2); };
     ++copies_created;
     moved += n;
     CopyHandle h;
@@ -146,7 +169,10 @@ class ByteHost final : public Host {
   void submit_copy(CopyHandle copy, std::span<const Event> deps) override {
     Task& t = task(copy.event);
     EXPECT_FALSE(t.submitted || t.discarded);
-    for (Event e : deps) t.deps.push_back(&task(e));
+    for (Event e : deps) {
+      if (task(e).failed() && task(e).kind != Task::Kind::fence) ++failed_waits;
+      t.deps.push_back(&task(e));
+    }
     t.submitted = true;
     --t.refs;
   }
@@ -171,9 +197,27 @@ class ByteHost final : public Host {
     t.work = std::move(work);
     return t;
   }
-  void start(Task& t, std::span<const Event> waits) {
-    for (Event e : waits) t.deps.push_back(&task(e));
+  /// Starts command `t` after the engine's `waits` and the test's own
+  /// `user_waits`. The engine must never name an event that had failed
+  /// already (range_versions.hpp: a failure known at enqueue is not waited
+  /// for): failed_waits counts any it does.
+  void start(Task& t, std::span<const Event> waits, std::span<Task* const> user_waits = {}) {
+    for (Event e : waits) {
+      if (task(e).failed()) ++failed_waits;
+      t.deps.push_back(&task(e));
+    }
+    for (Task* u : user_waits) t.deps.push_back(u);
     t.submitted = true;
+  }
+  /// A user event: done when the test ends it (end_user).
+  Task& user_event() {
+    Task& t = new_task();
+    t.kind = Task::Kind::user;
+    return t;
+  }
+  void end_user(Task& t, bool ok) {
+    t.done = true;
+    t.outcome = ok ? EventStatus::completed : EventStatus::cancelled;
   }
 
   /// Runs up to `n` ready tasks, chosen at random.
@@ -224,6 +268,10 @@ class ByteHost final : public Host {
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
+  Faults faults;
+  int failed_waits = 0;  // waits the engine named on events that had failed already
+  int injected = 0;      // faults injected
+  int cancelled_by_deps = 0;
   std::uint64_t moved = 0;
   int live_storage = 0;
 
@@ -251,8 +299,25 @@ class ByteHost final : public Host {
       if (ready(t)) ready_now.push_back(&t);
     if (ready_now.empty()) return false;
     Task* t = ready_now[rng_() % ready_now.size()];
-    if (t->work) t->work();
     t->done = true;
+    t->outcome = EventStatus::completed;
+    const bool dep_failed = std::any_of(t->deps.begin(), t->deps.end(), [](const Task* d) { return d->failed(); });
+    if (t->kind == Task::Kind::fence) {
+      // frees storage whatever its dependencies did
+    } else if (dep_failed) {
+      t->outcome = EventStatus::cancelled;
+      ++cancelled_by_deps;
+    } else if (std::uniform_real_distribution<double>(0, 1)(rng_) < faults.cancel) {
+      t->outcome = EventStatus::cancelled;
+      ++injected;
+    } else if (std::uniform_real_distribution<double>(0, 1)(rng_) < faults.fail) {
+      if (t->half_work) t->half_work();
+      else if (t->work) t->work();
+      t->outcome = EventStatus::failed;
+      ++injected;
+    } else if (t->work) {
+      t->work();
+    }
     return true;
   }
 

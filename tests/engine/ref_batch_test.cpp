@@ -20,7 +20,7 @@ class CountingHost final : public memlayer::engine::Host {
 
   void retain(Event e, std::uint32_t count) noexcept override { calls.emplace_back(e, static_cast<long>(count)); }
   void release(Event e, std::uint32_t count) noexcept override { calls.emplace_back(e, -static_cast<long>(count)); }
-  bool finished(Event) const noexcept override { return false; }
+  memlayer::engine::EventStatus status(Event) const noexcept override { return memlayer::engine::EventStatus::running; }
   memlayer::engine::Allocation allocate(memlayer::engine::Location, void*, std::uint64_t) override { return {}; }
   void free(memlayer::engine::Location, void*, memlayer::engine::StorageHandle, std::uint64_t,
             std::span<const Event>) noexcept override {}

@@ -57,7 +57,7 @@ class Model {
       ASSERT_GT(refs[id_of(e)], 0) << "released an event it did not hold";
       --refs[id_of(e)];
     };
-    ops_.finished = [](void* self, Event e) -> int { return static_cast<Model*>(self)->nodes_[id_of(e)].done; };
+    ops_.status = [](void* self, Event e) -> int { return static_cast<Model*>(self)->nodes_[id_of(e)].done; };
     versions_.emplace(kSize, LocationSet::of(kHost), ops_);
     for (Location d = 1; d <= devices_; ++d) {
       for (Location e = 1; e <= devices_; ++e)

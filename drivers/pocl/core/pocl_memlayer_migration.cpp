@@ -136,7 +136,14 @@ class PoclHost final : public memlayer::engine::Host {
 
   void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
   void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
-  bool finished(Event e) const noexcept override { return ::finished(event_of(e)); }
+  // PoCL keeps no record of whether a failed command had started (its
+  // time_start only with profiling): every failure counts as `failed`, the
+  // safe side (engine/host.hpp).
+  memlayer::engine::EventStatus status(Event e) const noexcept override {
+    const cl_int s = __atomic_load_n(&event_of(e)->status, __ATOMIC_ACQUIRE);
+    if (s > CL_COMPLETE) return memlayer::engine::EventStatus::running;
+    return s == CL_COMPLETE ? memlayer::engine::EventStatus::completed : memlayer::engine::EventStatus::failed;
+  }
 
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override;
   void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,

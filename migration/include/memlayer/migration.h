@@ -43,8 +43,21 @@ typedef struct ml_event_ops {
   void* context;
   void (*retain)(void* context, ml_event e);
   void (*release)(void* context, ml_event e);
-  int (*finished)(void* context, ml_event e); /* nonzero once e completed or failed */
+  /* How e stands: ML_EVENT_RUNNING until it finishes, then for good one of
+   * ML_EVENT_COMPLETE (any positive value), ML_EVENT_CANCELLED (failed
+   * without starting: it wrote nothing) or ML_EVENT_FAILED (any other
+   * negative value: failed after it started, its writes may be partial).
+   * NULL: nothing ever finishes early. A failed writer is undone: the planner
+   * goes back to the content before it (doc/migration.md, failures). */
+  int (*status)(void* context, ml_event e);
 } ml_event_ops;
+
+enum {
+  ML_EVENT_RUNNING = 0,
+  ML_EVENT_COMPLETE = 1,
+  ML_EVENT_CANCELLED = -1,
+  ML_EVENT_FAILED = -2
+};
 
 typedef enum ml_access {
   ML_ACCESS_READ = 0,
@@ -107,10 +120,12 @@ ml_status ml_versions_create(uint64_t size, uint64_t valid_mask, const ml_event_
 void ml_versions_destroy(ml_versions* versions);
 
 /* Plans one command's uses of the buffer at location `at` into `plan`
- * (its previous content is replaced). Changes nothing.
+ * (its previous content is replaced). Changes no version; first applies
+ * what ops->status reports about the events it holds (a failed writer is
+ * undone: migration/range_versions.hpp, failures).
  * Errors: INVALID_ARGUMENT, OUT_OF_RANGE, NO_PATH.
- * O(log spans + spans touched x locations). */
-ml_status ml_versions_plan(const ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
+ * O(log spans + spans touched x (locations + readers + unfinished writers)). */
+ml_status ml_versions_plan(ml_versions* versions, const ml_use* uses, size_t use_count, uint32_t at,
                                const ml_cost_model* cost, ml_plan* plan);
 
 /* Records a plan made with the same uses and location, with nothing else in
@@ -122,7 +137,7 @@ ml_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const m
 
 /* Eviction of the copy at location `at` (> 0): write-backs of the bytes held
  * only there, and (ml_plan_waits) what must finish before its storage goes. */
-ml_status ml_versions_plan_evict(const ml_versions* versions, uint32_t at, const ml_cost_model* cost,
+ml_status ml_versions_plan_evict(ml_versions* versions, uint32_t at, const ml_cost_model* cost,
                                      ml_plan* plan);
 ml_status ml_versions_commit_evict(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
                                        size_t copy_event_count, uint32_t at);
@@ -133,6 +148,8 @@ int ml_versions_valid_at(const ml_versions* versions, uint32_t at, uint64_t offs
 /* Bytes whose newest version is held only at `at`. */
 uint64_t ml_versions_bytes_only_at(const ml_versions* versions, uint32_t at);
 size_t ml_versions_span_count(const ml_versions* versions);
+/* Bytes whose content failures lost so far (undefined since). */
+uint64_t ml_versions_bytes_lost(const ml_versions* versions);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,8 @@ class Buffer {
   [[nodiscard]] bool has_storage(Location at) const;
   [[nodiscard]] bool valid_at(Location at, std::uint64_t offset, std::uint64_t size) const;
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
+  /// Bytes whose content was lost to failures so far (RangeVersions::bytes_lost).
+  [[nodiscard]] std::uint64_t bytes_lost() const;
 
  private:
   friend class Engine;
@@ -133,6 +135,9 @@ struct EngineStats {
   std::uint64_t evictions = 0;
   std::uint64_t write_backs = 0;  ///< evictions that had to copy bytes valid nowhere else
   std::uint64_t bytes_written_back = 0;
+  /// Bytes a failed command's undo found held nowhere any more: undefined
+  /// since (migration/range_versions.hpp, failures).
+  std::uint64_t bytes_lost = 0;
 };
 
 /// Why an enqueue failed. The message names the buffer size, the location
@@ -229,7 +234,7 @@ class Engine {
   std::atomic<std::uint64_t> stamp_{0};
   struct Counters {
     std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
-        evictions{0}, write_backs{0}, bytes_written_back{0};
+        evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0};
   } counters_;
 };
 

@@ -10,7 +10,7 @@
 // PoCL, an EventState in memlayer's runtime. Buffers are named to the host by
 // the cookie the host gave the engine's Buffer when it made it.
 //
-// Locks. The engine calls retain(), release(), finished(), allocate(),
+// Locks. The engine calls retain(), release(), status(), allocate(),
 // free() and create_copy() while it holds the locks of the buffers a command
 // uses (the engine's own, never the host's): these must not call back into
 // the engine, block on another enqueue, or run user callbacks. submit_copy()
@@ -33,6 +33,7 @@
 namespace memlayer::engine {
 
 using migration::Event;
+using migration::EventStatus;
 using migration::Location;
 
 /// Where a buffer's bytes live at one location, as the host names them (a
@@ -105,9 +106,17 @@ class Host {
   /// nothing else).
   virtual void retain(Event e, std::uint32_t count) noexcept = 0;
   virtual void release(Event e, std::uint32_t count) noexcept = 0;
-  /// True once `e` has completed or failed. O(1), lock-free preferred: the
-  /// engine asks it to prune finished events from its lists.
-  [[nodiscard]] virtual bool finished(Event e) const noexcept = 0;
+  /// How `e` stands (migration/event.hpp: EventStatus): running until it
+  /// ends, then for good completed, cancelled (failed without starting:
+  /// wrote nothing) or failed (after starting: its writes may be partial; a
+  /// host that cannot tell the two apart says failed). The engine undoes a
+  /// failed writer's version from this (doc/migration.md, failures), so the
+  /// host must also fail, without running it, every command and copy that
+  /// waits for a failed event. O(1), lock-free preferred: the engine asks it
+  /// for the events it holds at every enqueue.
+  [[nodiscard]] virtual EventStatus status(Event e) const noexcept = 0;
+  /// status(e) != running.
+  [[nodiscard]] bool finished(Event e) const noexcept { return status(e) != EventStatus::running; }
 
   // ---- storage ------------------------------------------------------------
   /// Storage for all `size` bytes of buffer `cookie` at `at` (a device

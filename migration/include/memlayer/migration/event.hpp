@@ -5,24 +5,43 @@
 // wait lists. It never runs, waits for or inspects commands itself: an Event
 // is the runtime's opaque handle (a cl_event in PoCL, an event object in
 // memlayer's runtime), and EventOps is how the planner keeps it alive while
-// it holds it and learns when it has finished, so finished events are
-// dropped from the lists instead of piling up.
+// it holds it and learns how it ended: finished events are dropped from the
+// lists instead of piling up, and a failed one is undone (range_versions.hpp:
+// failures).
 #pragma once
 
 namespace memlayer::migration {
 
 using Event = void*;  ///< nullptr means "no event"
 
+/// How an event stands, as EventOps::status reports it. The values are the
+/// C API's (memlayer/migration.h: ML_EVENT_*), so a C runtime's callback is
+/// called directly.
+enum class EventStatus : int {
+  running = 0,    ///< not finished (queued, submitted or running)
+  completed = 1,  ///< finished and did everything it was asked to
+  /// Failed without starting (a dependency failed, or it was cancelled): it
+  /// wrote nothing.
+  cancelled = -1,
+  /// Failed after it started: bytes it was to write may be partly written
+  /// where it ran.
+  failed = -2,
+};
+
 struct EventOps {
   void* context = nullptr;
   /// Take / drop one reference. May be null when events need no counting.
   void (*retain)(void* context, Event e) = nullptr;
   void (*release)(void* context, Event e) = nullptr;
-  /// Nonzero once e has finished (completed or failed) and nothing new can
-  /// depend on it meaningfully. May be null: then nothing is pruned early.
-  /// (int, not bool: the struct matches the C API's ml_event_ops, so a C
-  /// runtime's callbacks are called directly, with no adapter between.)
-  int (*finished)(void* context, Event e) = nullptr;
+  /// An EventStatus as int (any other positive value: completed; any other
+  /// negative one: failed). Once not `running` it never changes. A runtime
+  /// that cannot tell `cancelled` from `failed` reports `failed` (the safe
+  /// side: the planner then trusts nothing the command may have touched).
+  /// Must be cheap (a lock-free load, say): the planner asks it for the
+  /// events it holds at every plan. May be null: then nothing ever finishes
+  /// early (nothing is pruned and no failure is undone). (int, not
+  /// EventStatus: the struct matches the C API's ml_event_ops.)
+  int (*status)(void* context, Event e) = nullptr;
 
   void hold(Event e) const {
     if (e != nullptr && retain != nullptr) retain(context, e);
@@ -30,7 +49,19 @@ struct EventOps {
   void drop(Event e) const {
     if (e != nullptr && release != nullptr) release(context, e);
   }
-  [[nodiscard]] bool done(Event e) const { return e == nullptr || (finished != nullptr && finished(context, e) != 0); }
+  /// nullptr counts as a command that completed long ago.
+  [[nodiscard]] EventStatus state(Event e) const {
+    if (e == nullptr) return EventStatus::completed;
+    const int s = status == nullptr ? 0 : status(context, e);
+    if (s == 0) return EventStatus::running;
+    if (s > 0) return EventStatus::completed;
+    return s == -1 ? EventStatus::cancelled : EventStatus::failed;
+  }
+  [[nodiscard]] bool done(Event e) const { return state(e) != EventStatus::running; }
+  [[nodiscard]] bool failed(Event e) const {
+    const EventStatus s = state(e);
+    return s == EventStatus::cancelled || s == EventStatus::failed;
+  }
 };
 
 }  // namespace memlayer::migration

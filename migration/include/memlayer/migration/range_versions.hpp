@@ -23,10 +23,30 @@
 //     writer), never for other readers;
 //   * a writer waits for the last writer, every reader since, and anything
 //     still filling its own copy.
-// plan() changes nothing. commit() then records the copies (with the events
-// the runtime created for them) and the command, so the next enqueue plans
-// against the new versions. A command that fails to enqueue between the two
-// (no memory, say) is simply never committed: it leaves no trace.
+// plan() changes no version. commit() then records the copies (with the
+// events the runtime created for them) and the command, so the next enqueue
+// plans against the new versions. A command that fails to enqueue between the
+// two (no memory, say) is simply never committed: it leaves no trace.
+//
+// Failures. A command may fail after its enqueue: cancelled (a dependency
+// failed, so it never ran) or failed while running. While a writer is
+// unfinished, the planner keeps what the spans it wrote were before it (its
+// undo records: versions, holders, waits). Before planning, the planner
+// settles from what EventOps::status reports: a writer that completed
+// drops its records; one that failed puts them back — the content before it
+// valid everywhere it was for a cancelled writer; everywhere but its own
+// location for one that failed while running (its writes there may be
+// partial) — and drops the newer records over the same bytes (their writers
+// wait for it, so they fail too). Copies
+// that failed stop counting as holders, and failed events are never put in a
+// wait list, so a command enqueued once a failure is known neither waits for
+// it nor inherits it. Commands enqueued earlier that wait for the failed one
+// fail with it (the runtime's rule: a failed dependency fails the command),
+// and their writes are undone the same way. Content whose every holder is
+// gone (its only copy was where a writer failed while running, in storage
+// evicted while a writer over it was unfinished, or the records were
+// forgotten: at most 64 per buffer, the oldest go first) becomes undefined,
+// and bytes_lost() counts it.
 //
 // Thread-safety: none. The runtime serialises plan()+commit() per buffer.
 #pragma once
@@ -72,8 +92,11 @@ class RangeVersions {
   /// buffer) must come in one call: where they overlap, a read and a write
   /// make a read_write. Preconditions: every use lies in [0, size) and has a
   /// size > 0; at < kMaxLocations. Changes nothing.
-  /// Complexity O(log spans + spans touched × locations).
-  void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) const;
+  /// Settles the spans it touches first (above: failures), which changes no
+  /// content the runtime could still see: a later commit, or none, is valid.
+  /// Complexity O(log spans + spans touched × (locations + readers +
+  /// unfinished writers)).
+  void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out);
 
   /// Records a plan made by plan() with the same uses and location, with no
   /// other change in between: `copy_events[i]` is the event of
@@ -87,8 +110,10 @@ class RangeVersions {
   /// (eviction): the spans whose only valid copy is at `at` are written back
   /// to the host first. `out.wait` lists what must finish before the storage
   /// at `at` may be freed or reused (its readers and whatever fills it).
-  /// Changes nothing. O(spans).
-  void plan_evict(Location at, const CostModel& cost, Plan& out) const;
+  /// A span held elsewhere only by copies still in flight is written back
+  /// too: those copies may yet fail. Settles every span first (as plan());
+  /// changes no version. O(spans).
+  void plan_evict(Location at, const CostModel& cost, Plan& out);
 
   /// Records an eviction planned by plan_evict(): the write-backs become the
   /// host's copies and `at` holds nothing any more. O(spans).
@@ -99,6 +124,15 @@ class RangeVersions {
   /// Bytes whose current version is held only at `at` (what eviction would
   /// have to write back). O(spans).
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
+
+  /// True when some span could still go back to content held at `at`: an
+  /// unfinished writer's undo state names it. Evicting `at` then loses that
+  /// content if the writer fails (bytes_lost()), so eviction prefers other
+  /// storage. Complexity O(spans × unfinished writers).
+  [[nodiscard]] bool undo_names(Location at) const;
+  /// Bytes whose content was lost so far: a failed writer's previous
+  /// content held nowhere any more (above: failures). They are undefined now.
+  [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
 
   /// The spans in offset order. O(spans).
   void walk(const std::function<void(const SpanInfo&)>& visit) const;
@@ -120,6 +154,14 @@ class RangeVersions {
     friend bool operator==(const Span&, const Span&) = default;
   };
   using SpanMap = std::map<std::uint64_t, Span>;  // key: offset; a span ends where the next begins
+  // What one span was before an unfinished writer wrote it, kept until the
+  // writer completes (dropped) or fails (put back): see settle().
+  struct Undo {
+    Event writer;
+    Location at;  // where the writer runs
+    std::uint64_t offset, size;
+    Span before;  // its holders may be empty: the content was evicted since
+  };
 
   [[nodiscard]] std::uint64_t end_of(SpanMap::const_iterator it) const;
   // The span holding byte `offset` (< size).
@@ -131,11 +173,17 @@ class RangeVersions {
   void set_holder(Span& s, Location l, Event ready);
   void hold_span(const Span& s) const;
   void drop_span(const Span& s) const;
+  void settle();
+  void settle_span(Span& s, std::uint64_t bytes);
+  void settle_range(std::uint64_t begin, std::uint64_t end);
+  void restore(std::size_t index, bool ran);
+  void forget_undo(std::size_t index);
   void add_reader(Span& s, Event e);
   void prune(Span& s);
   [[nodiscard]] bool whole_span(std::span<const Use> uses) const;
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
-  void write_span(Span& s, std::uint64_t version, Location at, Event command);
+  void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
+                  Event command);
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
 
@@ -143,6 +191,9 @@ class RangeVersions {
   const EventOps& ops_;
   SpanMap spans_;
   std::uint64_t next_version_ = 1;
+  std::uint64_t bytes_lost_ = 0;
+  std::vector<Undo> undo_;  // in commit order
+  Span spare_;              // a dropped Undo's lists, reused by the next write
 };
 
 }  // namespace memlayer::migration

@@ -1,0 +1,243 @@
+// RangeVersions when commands fail after their enqueue: what a failed
+// writer, copy or reader leaves behind (range_versions.hpp, "Failures").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "memlayer/migration/range_versions.hpp"
+
+using namespace memlayer::migration;
+
+namespace {
+
+Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
+
+// Events with references counted and a status the test sets.
+struct Events {
+  std::map<Event, int> refs;
+  std::map<Event, EventStatus> status;  // absent: running
+};
+
+class Failures : public ::testing::Test {
+ protected:
+  Failures() {
+    ops_.context = &events_;
+    ops_.retain = [](void* c, Event e) { ++static_cast<Events*>(c)->refs[e]; };
+    ops_.release = [](void* c, Event e) { --static_cast<Events*>(c)->refs[e]; };
+    ops_.status = [](void* c, Event e) {
+      const auto& st = static_cast<Events*>(c)->status;
+      auto it = st.find(e);
+      return static_cast<int>(it == st.end() ? EventStatus::running : it->second);
+    };
+    cost_.set_direct(1, 2, {1e-6, 100e9});
+    cost_.set_direct(2, 1, {1e-6, 100e9});
+  }
+  ~Failures() override {
+    buffer_.reset();
+    for (auto& [e, n] : events_.refs) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
+  }
+
+  RangeVersions& make(std::uint64_t size) {
+    buffer_.emplace(size, LocationSet::of(kHost), ops_);
+    return *buffer_;
+  }
+  // plan + commit; copy events are numbered from next_copy_.
+  Plan run(std::vector<Use> uses, Location at, Event command) {
+    Plan p = plan(uses, at);
+    std::vector<Event> copies;
+    for (std::size_t i = 0; i < p.copies.size(); ++i) copies.push_back(ev(next_copy_++));
+    buffer_->commit(p, copies, uses, at, command);
+    return p;
+  }
+  Plan plan(std::vector<Use> uses, Location at) {
+    Plan p;
+    buffer_->plan(uses, at, cost_, p);
+    return p;
+  }
+  void set(Event e, EventStatus s) { events_.status[e] = s; }
+  static bool waits_for(const std::vector<Event>& list, Event e) {
+    return std::find(list.begin(), list.end(), e) != list.end();
+  }
+  static bool waits_for_any_of(const Plan& p, std::initializer_list<Event> events) {
+    for (Event e : events) {
+      if (waits_for(p.wait, e)) return true;
+      for (const Copy& c : p.copies)
+        if (waits_for(c.wait, e)) return true;
+    }
+    return false;
+  }
+
+  Events events_;
+  EventOps ops_;
+  LinkCostModel cost_;
+  std::optional<RangeVersions> buffer_;
+  int next_copy_ = 1000;
+};
+
+}  // namespace
+
+TEST_F(Failures, ACancelledWriteLeavesThePreviousContentWhereItWas) {
+  make(4096);
+  run({{0, 4096, Access::read}}, 1, ev(1));  // the content at host and device 1 (copy 1000)
+  set(ev(1), EventStatus::completed);
+  set(ev(1000), EventStatus::completed);
+  run({{0, 1024, Access::overwrite}}, 2, ev(2));
+  set(ev(2), EventStatus::cancelled);
+
+  // Device 1 still holds every byte: nothing moves, nothing waits for the write.
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(3));
+  EXPECT_TRUE(r.copies.empty());
+  EXPECT_FALSE(waits_for_any_of(r, {ev(2)}));
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 4096));
+  EXPECT_TRUE(buffer_->valid_at(kHost, 0, 4096));
+  EXPECT_FALSE(buffer_->valid_at(2, 0, 1)) << "the cancelled write made nothing valid on device 2";
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+}
+
+TEST_F(Failures, AWriterThatFailedWhileRunningSpoilsOnlyItsOwnCopy) {
+  make(4096);
+  run({{0, 4096, Access::read}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  set(ev(1000), EventStatus::completed);
+  run({{0, 4096, Access::read_write}}, 1, ev(2));
+  set(ev(2), EventStatus::failed);
+
+  // Device 1's copy may be half written: read there, the bytes come again
+  // from the host, which kept the content before the failed writer.
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(3));
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].src, kHost);
+  EXPECT_EQ(r.copies[0].size, 4096u);
+  EXPECT_FALSE(waits_for_any_of(r, {ev(2)}));
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+}
+
+TEST_F(Failures, WritersQueuedBehindAFailedOneAreUndoneWithIt) {
+  make(4096);
+  run({{0, 2048, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);  // [0, 2048) now only on device 1
+  Plan w2 = run({{0, 4096, Access::read_write}}, 1, ev(2));
+  Plan w3 = run({{1024, 1024, Access::read_write}}, 2, ev(3));
+  EXPECT_TRUE(waits_for(w3.wait, ev(2)));
+  // The first queued writer fails; the one behind it has not heard yet.
+  set(ev(2), EventStatus::cancelled);
+
+  // Back to ev(1)'s content: [0, 2048) on device 1, the rest on the host
+  // and on device 1 too, where ev(2)'s import (copy 1000) brought it.
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(4));
+  EXPECT_TRUE(r.copies.empty());
+  EXPECT_TRUE(waits_for(r.wait, ev(1000)));
+  EXPECT_FALSE(waits_for_any_of(r, {ev(2), ev(3)}));
+  EXPECT_TRUE(buffer_->valid_at(kHost, 2048, 2048));
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 1));
+  EXPECT_FALSE(buffer_->valid_at(2, 1024, 1));
+  set(ev(3), EventStatus::cancelled);  // as the runtime would, later
+}
+
+TEST_F(Failures, AWriterFailingAfterAnEarlierOneCompletedGoesBackOnlyToThatOne) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  run({{0, 4096, Access::read_write}}, 2, ev(2));  // copies ev(1)'s bytes 1 -> 2 (copy 1000)
+  set(ev(1), EventStatus::completed);
+  set(ev(1000), EventStatus::completed);
+  set(ev(2), EventStatus::failed);
+
+  // ev(1)'s content on device 1 is current again; device 2 got the copy
+  // but ev(2) failed there, so only device 1 holds it.
+  Plan r = run({{0, 4096, Access::read}}, 1, ev(3));
+  EXPECT_TRUE(r.copies.empty());
+  EXPECT_FALSE(waits_for_any_of(r, {ev(2)}));
+  EXPECT_FALSE(buffer_->valid_at(2, 0, 1));
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 1)) << "the host never held ev(1)'s bytes";
+}
+
+TEST_F(Failures, AFailedCopyIsNoLongerASource) {
+  make(4096);
+  run({{0, 4096, Access::read}}, 1, ev(1));  // copy 1000: host -> 1
+  set(ev(1000), EventStatus::failed);
+  set(ev(1), EventStatus::cancelled);
+
+  // Device 2 fetches from the host, not from device 1 (a direct link
+  // would be cheaper, had device 1's copy arrived).
+  Plan r = run({{0, 4096, Access::read}}, 2, ev(2));
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].src, kHost);
+  EXPECT_FALSE(waits_for_any_of(r, {ev(1000), ev(1)}));
+  // And device 1 fetches again.
+  Plan again = run({{0, 4096, Access::read}}, 1, ev(3));
+  ASSERT_EQ(again.copies.size(), 1u);
+  EXPECT_EQ(again.copies[0].dst, 1u);
+}
+
+TEST_F(Failures, AWriterDoesNotWaitForAReaderThatFailed) {
+  make(4096);
+  run({{0, 4096, Access::read}}, kHost, ev(1));
+  run({{0, 4096, Access::read}}, kHost, ev(2));
+  set(ev(1), EventStatus::failed);
+  Plan w = run({{0, 4096, Access::overwrite}}, kHost, ev(3));
+  EXPECT_FALSE(waits_for(w.wait, ev(1))) << "waiting for a failed event would fail the writer";
+  EXPECT_TRUE(waits_for(w.wait, ev(2)));
+}
+
+TEST_F(Failures, ContentHeldOnlyWhereAWriterFailedIsLostAndSaysSo) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  run({{0, 1024, Access::read_write}}, 1, ev(2));
+  set(ev(2), EventStatus::failed);
+
+  // [0, 1024) was only on device 1, where ev(2) failed half-way: undefined
+  // now, valid anywhere (nothing copies it); the rest is untouched.
+  Plan r = run({{0, 4096, Access::read}}, 2, ev(3));
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].src, 1u);
+  EXPECT_EQ(r.copies[0].offset, 1024u);
+  EXPECT_EQ(buffer_->bytes_lost(), 1024u);
+  EXPECT_FALSE(waits_for_any_of(r, {ev(2)}));
+}
+
+TEST_F(Failures, EvictionWritesBackBytesWhoseOtherCopyIsStillInFlight) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  run({{0, 4096, Access::read}}, 2, ev(2));  // copy 1000: 1 -> 2, not arrived yet
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u) << "the copy to device 2 may still fail";
+  EXPECT_EQ(p.copies[0].dst, kHost);
+  buffer_->commit_evict(p, std::vector<Event>{ev(50)}, 1);
+  set(ev(1000), EventStatus::failed);
+  set(ev(2), EventStatus::cancelled);
+  set(ev(50), EventStatus::completed);
+  Plan r = run({{0, 4096, Access::read}}, 2, ev(3));
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].src, kHost);
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+}
+
+TEST_F(Failures, UndoStatesNameTheirStorageUntilTheWriterCompletes) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  run({{0, 4096, Access::overwrite}}, 2, ev(2));
+  EXPECT_TRUE(buffer_->undo_names(1)) << "device 1 holds what ev(2) would go back to";
+  EXPECT_FALSE(buffer_->undo_names(2));
+  set(ev(2), EventStatus::completed);
+  run({{0, 4096, Access::read}}, 2, ev(3));  // settles
+  EXPECT_FALSE(buffer_->undo_names(1));
+}
+
+TEST_F(Failures, ACompletedWriterReusesTheUndoStateAndDropsItsReferences) {
+  make(4096);
+  for (int i = 1; i <= 50; ++i) {
+    run({{0, 4096, Access::read_write}}, 1 + static_cast<Location>(i % 2), ev(i));
+    set(ev(i), EventStatus::completed);
+    for (int c = 1000; c < next_copy_; ++c) set(ev(c), EventStatus::completed);
+  }
+  int held = 0;
+  for (auto& [e, n] : events_.refs) held += n;
+  EXPECT_LE(held, 8) << "finished writers' undo states must not pile up";
+}
