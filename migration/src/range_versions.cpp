@@ -169,10 +169,16 @@ void RangeVersions::drop_span(const Span& s) const {
 // completed writer's are dropped.
 void RangeVersions::settle() {
   if (undo_.empty()) return;
+  std::uint64_t lo = size_, hi = 0;  // what was put back
   for (std::size_t i = undo_.size(); i-- > 0;) {  // restore() erases only records from i on
     const EventStatus st = ops_.state(undo_[i].writer);
-    if (st == EventStatus::cancelled || st == EventStatus::failed) restore(i, st == EventStatus::failed);
+    if (st != EventStatus::cancelled && st != EventStatus::failed) continue;
+    lo = std::min(lo, undo_[i].offset), hi = std::max(hi, undo_[i].offset + undo_[i].size);
+    restore(i, st == EventStatus::failed);
   }
+  // Only now: a span put back may name a writer whose own record comes
+  // back in a later step of the loop.
+  if (lo < hi) settle_range(lo, hi);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < undo_.size(); ++i) {
     if (ops_.state(undo_[i].writer) == EventStatus::completed) {
@@ -228,7 +234,6 @@ void RangeVersions::restore(std::size_t index, bool ran) {
       s.holders.erase(h);
     }
   }
-  settle_span(s, r.size);
   merge_range(begin, end);
 }
 
