@@ -137,6 +137,8 @@ ContextStats Context::stats() const {
   s.copies_from_host = e.copies_from_host;
   s.evictions = e.evictions;
   s.write_backs = e.write_backs;
+  s.transfer_retries = state_->transfer_retries.load();
+  s.bytes_lost = e.bytes_lost;
   for (const auto& dev : state_->devices) {
     std::lock_guard mem(dev->memory_mutex);
     s.devices.push_back(dev->memory->region_stats());

@@ -26,6 +26,8 @@ Status to_status(const engine::EnqueueError& e) {
   return Status::error(cl::kMemObjectAllocationFailure, e.message);
 }
 
+// Queue order is order only: a command that failed does not fail the next
+// one in its queue (only its wait list, and the bytes it was to write).
 void order_in_queue(QueueState& q, bool barrier, const EventPtr& event, std::vector<EventPtr>& deps) {
   if (!q.out_of_order) {
     if (q.last) deps.push_back(q.last);
@@ -83,7 +85,7 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
     if (!e.valid()) return Status::error(cl::kInvalidEventWaitList, "the wait list holds an empty event");
   }
   auto node = make_node(spec.device, nullptr);
-  std::vector<EventPtr> deps;
+  std::vector<EventPtr> deps, order;
   for (const Event& e : wait) deps.push_back(e.state());
   Scratch& sc = t_scratch;
   {
@@ -105,12 +107,12 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
       }
       if (spec.make_work) node->work = spec.make_work(sc.targets);
     }
-    order_in_queue(queue, spec.barrier, node->event, deps);
+    order_in_queue(queue, spec.barrier, node->event, order);
   }
   sc.submission.clear();
   // Submitting may run work-less nodes and user callbacks on this thread:
   // never under a memlayer lock.
-  submit(node, deps);
+  submit(node, deps, order);
   return Event(node->event);
 }
 

@@ -1,6 +1,7 @@
 // The context's shared state, and the one enqueue path every command takes.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,7 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   /// its host. Declared after the devices: buffers outlive neither.
   EngineHost engine_host{*this};
   engine::Engine engine{engine_host};
+  std::atomic<std::uint64_t> transfer_retries{0};  // ContextStats::transfer_retries
 
   /// The one enqueue path: the engine places, plans and copies; this adds
   /// the queue's order and starts the command. All or nothing.

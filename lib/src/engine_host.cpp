@@ -26,10 +26,13 @@ std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::by
 constexpr int kTransferAttempts = 3;
 
 template <class Transfer>
-std::function<Status()> retried(Transfer transfer) {
-  return [transfer] {
+std::function<Status()> retried(ContextState& ctx, Transfer transfer) {
+  return [&ctx, transfer] {
     Status s = transfer();
-    for (int attempt = 1; attempt < kTransferAttempts && !s.ok(); ++attempt) s = transfer();
+    for (int attempt = 1; attempt < kTransferAttempts && !s.ok(); ++attempt) {
+      ctx.transfer_retries.fetch_add(1, std::memory_order_relaxed);
+      s = transfer();
+    }
     return s;
   };
 }
@@ -41,17 +44,17 @@ std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& 
     DeviceState* dst = ctx.by_location[r.dst];
     const DeviceAddress to = r.dst_storage + r.offset;
     const std::byte* from = host_bytes(r.src_storage) + r.offset;
-    return retried([dst, to, from, n] { return dst->driver().write(to, from, n); });
+    return retried(ctx, [dst, to, from, n] { return dst->driver().write(to, from, n); });
   }
   DeviceState* src = ctx.by_location[r.src];
   const DeviceAddress from = r.src_storage + r.offset;
   if (r.dst == kHost) {
     std::byte* to = host_bytes(r.dst_storage) + r.offset;
-    return retried([src, from, to, n] { return src->driver().read(from, to, n); });
+    return retried(ctx, [src, from, to, n] { return src->driver().read(from, to, n); });
   }
   DeviceState* dst = ctx.by_location[r.dst];
   const DeviceAddress to = r.dst_storage + r.offset;
-  return retried([src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); });
+  return retried(ctx, [src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); });
 }
 
 }  // namespace
@@ -124,8 +127,10 @@ void EngineHost::free(engine::Location at, void* cookie, engine::StorageHandle s
     }
   }
   // Work-less, and nothing waits on it yet: it can only complete, here or on
-  // the thread that finishes its last dependency.
-  if (fence) submit(fence, pending);
+  // the thread that finishes its last dependency. Its users failing frees
+  // the storage as well: the fence only orders (a failed fence would fail
+  // whatever is placed over the storage next).
+  if (fence) submit(fence, {}, pending);
 }
 
 engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {

@@ -28,10 +28,10 @@ int EventState::wait() {
   return status_.load();
 }
 
-std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node) {
+std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate) {
   std::lock_guard lock(mutex_);
   if (status_ <= cl::kComplete) return status_.load();
-  waiters_.push_back(node);
+  waiters_.push_back({node, propagate});
   return std::nullopt;
 }
 
@@ -56,7 +56,7 @@ void EventState::mark(int status) {
   (status == cl::kSubmitted ? profile_.submitted_ns : profile_.started_ns) = now_ns();
 }
 
-bool EventState::finish(int status, std::string message, std::vector<std::shared_ptr<CommandNode>>& waiters,
+bool EventState::finish(int status, std::string message, std::vector<Waiter>& waiters,
                         std::vector<std::function<void(int)>>& callbacks) {
   {
     std::lock_guard lock(mutex_);

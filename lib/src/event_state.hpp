@@ -33,15 +33,20 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::string message() const;
   ProfilingInfo profiling() const;
   int wait();
+  /// A node waiting for this event; `propagate`: this event's failure fails it.
+  struct Waiter {
+    std::shared_ptr<CommandNode> node;
+    bool propagate;
+  };
   /// Adds `node` as a waiter unless this event has ended; returns the final
   /// status if it has (so the caller resolves the dependency itself).
-  std::optional<int> add_waiter(const std::shared_ptr<CommandNode>& node);
+  std::optional<int> add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate);
   void add_callback(std::function<void(int)> cb);
   void mark(int status);  // submitted / running, with timestamps
 
   /// Ends the event; returns false if it had ended already. Waiters and
   /// callbacks are handed to the caller to run outside the lock.
-  bool finish(int status, std::string message, std::vector<std::shared_ptr<CommandNode>>& waiters,
+  bool finish(int status, std::string message, std::vector<Waiter>& waiters,
               std::vector<std::function<void(int)>>& callbacks);
 
   // The migration planner's references (EventOps): while it holds any, the
@@ -57,7 +62,7 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::string message_;
   const bool user_;
   ProfilingInfo profile_;
-  std::vector<std::shared_ptr<CommandNode>> waiters_;
+  std::vector<Waiter> waiters_;
   std::vector<std::function<void(int)>> callbacks_;
   int planner_refs_ = 0;
   std::shared_ptr<EventState> anchor_;

@@ -40,18 +40,21 @@ std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status
   return node;
 }
 
-void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps) {
-  for (const auto& dep : deps) {
-    if (!dep || dep == node->event) continue;
+void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps,
+            std::span<const std::shared_ptr<EventState>> order) {
+  auto wire = [&](const std::shared_ptr<EventState>& dep, bool propagate) {
+    if (!dep || dep == node->event) return;
     node->pending.fetch_add(1);
-    if (auto ended = dep->add_waiter(node)) {
-      if (*ended < 0 && !node->ended.exchange(true)) {
+    if (auto ended = dep->add_waiter(node, propagate)) {
+      if (propagate && *ended < 0 && !node->ended.exchange(true)) {
         finish(node->event, cl::kExecStatusErrorForEventsInWaitList,
                "a command it depends on failed: " + dep->message());
       }
       node->pending.fetch_sub(1);
     }
-  }
+  };
+  for (const auto& dep : deps) wire(dep, true);
+  for (const auto& dep : order) wire(dep, false);
   resolve(node);  // the wiring reference
 }
 
@@ -65,12 +68,12 @@ void finish(const std::shared_ptr<EventState>& event, int status, std::string me
   while (!todo.empty()) {
     Pending p = std::move(todo.back());
     todo.pop_back();
-    std::vector<std::shared_ptr<CommandNode>> waiters;
+    std::vector<EventState::Waiter> waiters;
     std::vector<std::function<void(int)>> callbacks;
     if (!p.event->finish(p.status, p.message, waiters, callbacks)) continue;
     for (auto& cb : callbacks) cb(p.status);
-    for (auto& w : waiters) {
-      if (p.status < 0) {
+    for (auto& [w, propagate] : waiters) {
+      if (p.status < 0 && propagate) {
         if (!w->ended.exchange(true)) {
           todo.push_back({w->event, cl::kExecStatusErrorForEventsInWaitList,
                           "a command it depends on failed: " + p.message});

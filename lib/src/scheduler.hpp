@@ -1,6 +1,8 @@
 // Wiring and running the command graph: a node runs when every dependency
-// has completed; a failed dependency fails it at once; nodes with work go to
-// their device's workers.
+// has ended; a failed dependency fails it at once, unless the node only
+// waits for it to end (order: queue order, storage fences — a failure there
+// says nothing of this node's inputs); nodes with work go to their device's
+// workers.
 #pragma once
 
 #include <memory>
@@ -14,9 +16,11 @@ namespace memlayer::runtime::detail {
 /// fresh event.
 std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status()> work);
 
-/// Makes `node` wait for `deps`, then releases it; it may run (or fail) on
+/// Makes `node` wait for `deps` (whose failure fails it) and for `order`
+/// (which it only waits to end), then releases it; it may run (or fail) on
 /// this thread's call when nothing is pending. Thread-safe.
-void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps);
+void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps,
+            std::span<const std::shared_ptr<EventState>> order = {});
 
 /// Ends `event` with `status` and resolves everything waiting on it, without
 /// recursion (a failure can cascade through long chains). Thread-safe.

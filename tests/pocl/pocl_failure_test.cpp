@@ -4,10 +4,11 @@
 // on the other device that fails because it depended on it, and a callback
 // registered after the failure (PoCL 3.1 called none of them, 7.1 called
 // them with CL_COMPLETE: drivers/pocl/patches/pocl-*-callbacks-on-error.patch).
-// Waits are bounded: a callback that never comes fails the test, it does not
-// hang it.
+// A cancelled write leaves the buffer as it was. Waits are bounded: a
+// callback that never comes fails the test, it does not hang it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -96,6 +97,51 @@ TEST(PoclFailure, CompleteCallbacksRunWithTheNegativeStatusOfAFailedCommand) {
   ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &late), CL_SUCCESS);
   ASSERT_TRUE(called({&late}));
   EXPECT_LT(late.status.load(), 0);
+}
+
+// A write cancelled by a failed user event, with a read of the same bytes
+// queued behind it on the other device: both fail, and the buffer still
+// holds what it held before, read on either device (memlayer's engine
+// committed the write's version at enqueue and read back the bytes nobody
+// wrote, before failed writers were undone: doc/runtime.md, failures).
+TEST(PoclFailure, ACancelledWriteLeavesThePreviousContent) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  constexpr std::size_t kInts = 16 << 10;
+  std::vector<cl_int> sevens(kInts, 7), data(1024, 42), out(kInts, 0);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, kInts * sizeof(cl_int), sevens.data(),
+                       &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, 64, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);  // the content is on device 0 now too
+
+  Event gate(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = gate.get(), w = nullptr, r = nullptr;
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 4096, data.size() * sizeof(cl_int),
+                                 data.data(), 1, &g, &w),
+            CL_SUCCESS);
+  Event write(w);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, kInts * sizeof(cl_int), out.data(), 0,
+                                nullptr, &r),
+            CL_SUCCESS);
+  Event read(r);
+  Seen write_seen, read_seen;
+  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &write_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetEventCallback(r, CL_COMPLETE, record, &read_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetUserEventStatus(g, -5), CL_SUCCESS);
+  ASSERT_TRUE(called({&write_seen, &read_seen})) << "the failed commands never ended";
+  EXPECT_LT(write_seen.status.load(), 0);
+  EXPECT_LT(read_seen.status.load(), 0);
+
+  for (std::size_t q = 0; q < 2; ++q) {
+    std::fill(out.begin(), out.end(), 0);
+    ASSERT_EQ(clEnqueueReadBuffer(set.queues[q].get(), b.get(), CL_TRUE, 0, kInts * sizeof(cl_int), out.data(), 0,
+                                  nullptr, nullptr),
+              CL_SUCCESS);
+    EXPECT_EQ(std::count(out.begin(), out.end(), 7), static_cast<long>(kInts)) << "read on device " << q;
+  }
 }
 
 }  // namespace

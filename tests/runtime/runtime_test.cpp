@@ -303,18 +303,87 @@ TEST(Runtime, TooBigForTheDeviceFailsCleanlyAndLeavesNoTrace) {
   EXPECT_EQ(read_all(*rig.queues[0], fits)[100], 1);
 }
 
-TEST(Runtime, InjectedTransferFailureFailsDependents) {
+// A failed command fails what waits for it, not its queue: queue order is
+// order only (doc/runtime.md, failures).
+TEST(Runtime, InjectedTransferFailureFailsWhatWaitsForItNotTheQueue) {
   drivers::SimOptions o;
   o.transfer_failure_probability = 1.0;
   Rig rig = make_rig(1, o);
   Buffer b = buffer(*rig.ctx, 64);
   const auto data = pattern(64, 0);
   Event w = rig.queues[0]->enqueue_write(b, 0, 64, data.data(), false).value();
-  Event after = rig.queues[0]->enqueue_marker().value();
+  Event next = rig.queues[0]->enqueue_marker().value();
+  Event waiting = rig.queues[0]->enqueue_marker(std::vector<Event>{w}).value();
   EXPECT_EQ(w.wait(), cl::kOutOfResources);
   EXPECT_NE(w.error_message().find("injected"), std::string::npos);
-  EXPECT_EQ(after.wait(), cl::kExecStatusErrorForEventsInWaitList);
-  EXPECT_FALSE(rig.queues[0]->finish().ok());
+  EXPECT_EQ(next.wait(), cl::kComplete);
+  EXPECT_EQ(waiting.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_FALSE(rig.queues[0]->finish().ok()) << "finish reports the failure it saw";
+}
+
+// A write cancelled by its failed wait list leaves the buffer as it was, on
+// every device; what was queued behind it on its bytes fails with it, and
+// what comes once the failure is known runs on the old content.
+TEST(Runtime, ACancelledWriteLeavesThePreviousContentEverywhere) {
+  Rig rig = make_rig(2);
+  auto data = pattern(4096, 9);
+  Buffer b = buffer(*rig.ctx, data.size(), mem::kReadWrite | mem::kCopyHostPtr, data.data());
+  ASSERT_TRUE(rig.queues[1]->enqueue_kernel(add(1, 4096), std::vector<KernelArg>{{b, Access::read_write}}).ok());
+  ASSERT_TRUE(rig.queues[1]->finish().ok());
+  for (auto& x : data) ++x;  // now held on device 1 only
+  Event gate = rig.ctx->create_user_event();
+  const auto other = pattern(1024, 3);
+  Event w = rig.queues[0]->enqueue_write(b, 512, other.size(), other.data(), false, std::vector<Event>{gate}).value();
+  std::vector<std::uint8_t> early(4096);
+  Event r = rig.queues[1]->enqueue_read(b, 0, 4096, early.data(), false).value();  // behind the write
+  ASSERT_TRUE(gate.set_user_status(-5).ok());
+  EXPECT_EQ(w.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_EQ(r.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_EQ(read_all(*rig.queues[0], b), data);
+  EXPECT_EQ(read_all(*rig.queues[1], b), data);
+  ASSERT_TRUE(rig.queues[0]->enqueue_kernel(add(2, 4096), std::vector<KernelArg>{{b, Access::read_write}}).ok());
+  for (auto& x : data) x = static_cast<std::uint8_t>(x + 2);
+  EXPECT_EQ(read_all(*rig.queues[1], b), data);
+  EXPECT_EQ(rig.ctx->stats().bytes_lost, 0u);
+}
+
+// A kernel that fails while running spoils only its own device's copy: the
+// content before it is read back from where else it was.
+TEST(Runtime, AKernelThatFailsHalfWayLeavesTheContentBeforeItElsewhere) {
+  Rig rig = make_rig(2);
+  auto data = pattern(4096, 4);
+  Buffer b = buffer(*rig.ctx, data.size(), mem::kReadWrite | mem::kCopyHostPtr, data.data());
+  ASSERT_EQ(read_all(*rig.queues[0], b), data);  // now on device 0 and the host
+  auto half_then_fail = [](std::span<void* const> p) {
+    auto* bytes = static_cast<std::uint8_t*>(p[0]);
+    for (int i = 0; i < 2048; ++i) bytes[i] = 0xEE;
+    return Status::error(cl::kOutOfResources, "the kernel gave up half-way");
+  };
+  Event k = rig.queues[0]->enqueue_kernel(half_then_fail, std::vector<KernelArg>{{b, Access::read_write}}).value();
+  EXPECT_EQ(k.wait(), cl::kOutOfResources);
+  EXPECT_EQ(read_all(*rig.queues[0], b), data) << "device 0's copy must be fetched again";
+  EXPECT_EQ(read_all(*rig.queues[1], b), data);
+  EXPECT_EQ(rig.ctx->stats().bytes_lost, 0u);
+}
+
+// Where a failed kernel's location held the only copy, those bytes are lost
+// (undefined, counted) and nothing else is; the buffer stays usable.
+TEST(Runtime, ContentOnlyWhereAKernelFailedHalfWayIsCountedLost) {
+  Rig rig = make_rig(2);
+  Buffer b = buffer(*rig.ctx, 4096);
+  const auto data = pattern(4096, 6);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(b, 0, 4096, data.data(), true).ok());  // only on device 0
+  Buffer middle = rig.ctx->create_sub_buffer(b, 0, 1024, 1024).value();
+  auto fail_at_once = [](std::span<void* const>) { return Status::error(cl::kOutOfResources, "failed"); };
+  Event k = rig.queues[0]->enqueue_kernel(fail_at_once, std::vector<KernelArg>{{middle, Access::read_write}}).value();
+  EXPECT_EQ(k.wait(), cl::kOutOfResources);
+  const auto seen = read_all(*rig.queues[1], b);
+  EXPECT_TRUE(std::equal(seen.begin(), seen.begin() + 1024, data.begin()));
+  EXPECT_TRUE(std::equal(seen.begin() + 2048, seen.end(), data.begin() + 2048));
+  EXPECT_EQ(rig.ctx->stats().bytes_lost, 1024u);
+  const auto again = pattern(4096, 8);
+  ASSERT_TRUE(rig.queues[1]->enqueue_write(b, 0, 4096, again.data(), true).ok());
+  EXPECT_EQ(read_all(*rig.queues[0], b), again);
 }
 
 // A hidden migration is tried again when its transfer fails; the user's own

@@ -126,12 +126,15 @@ Status SimDevice::out_of_range(const char* op, DeviceAddress address, std::uint6
 
 Status SimDevice::maybe_fail_transfer(const char* op) {
   const std::uint64_t n = transfers_.fetch_add(1);
-  if (n + 1 == options_.fail_transfer_number)
+  if (n + 1 == options_.fail_transfer_number) {
+    faults_injected_.fetch_add(1);
     return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected: transfer number " +
                                               std::to_string(n + 1) + ")");
+  }
   if (options_.transfer_failure_probability <= 0) return {};
   const double draw = static_cast<double>(mix(options_.fault_seed ^ mix(n)) >> 11) * 0x1.0p-53;
   if (draw >= options_.transfer_failure_probability) return {};
+  faults_injected_.fetch_add(1);
   return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected, probability " +
                                             std::to_string(options_.transfer_failure_probability) + ")");
 }

@@ -101,6 +101,8 @@ class SimDevice final : public runtime::DeviceDriver {
   [[nodiscard]] bool memory_bound() const noexcept { return arena_.bound(); }
   /// Bytes moved in and out (host link, peer link), for the stress summary.
   [[nodiscard]] std::uint64_t bytes_transferred() const noexcept { return bytes_transferred_.load(); }
+  /// Transfers failed on purpose so far (fail_transfer_number, transfer_failure_probability).
+  [[nodiscard]] std::uint64_t faults_injected() const noexcept { return faults_injected_.load(); }
 
   /// Only create() can make the key: devices come from create(), which
   /// checks the options and the arena, but make_unique needs a public
@@ -125,6 +127,7 @@ class SimDevice final : public runtime::DeviceDriver {
   std::atomic<std::uint64_t> allocations_{0};
   std::atomic<std::uint64_t> transfers_{0};
   std::atomic<std::uint64_t> bytes_transferred_{0};
+  std::atomic<std::uint64_t> faults_injected_{0};
   std::optional<bufalloc::LockedRegion> native_;  // the native allocator's bookkeeping
   std::atomic<std::uint64_t> native_calls_{0};
   std::atomic<std::uint64_t> native_bytes_{0};
