@@ -144,4 +144,50 @@ TEST(PoclFailure, ACancelledWriteLeavesThePreviousContent) {
   }
 }
 
+// True once `e` has ended, false after 20 s.
+bool ends(cl_event e, cl_int& status) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    if (clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) != CL_SUCCESS) return false;
+    if (status <= CL_COMPLETE) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// A command whose wait list holds an event that had failed before the
+// enqueue fails, and so does what waits for it; nothing hangs (PoCL 3.1
+// links such a dependency as if it were still to come: the memlayer
+// driver's submit fails the command).
+TEST(PoclFailure, ACommandWhoseDependencyFailedBeforeTheEnqueueFails) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> data(1024, 5), out(1024, 0);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, data.size() * sizeof(cl_int),
+                       data.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Event gate(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  ASSERT_EQ(clSetUserEventStatus(gate.get(), -9), CL_SUCCESS);
+  cl_event g = gate.get(), w = nullptr, m = nullptr;
+  const std::vector<cl_int> other(256, 8);
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, other.size() * sizeof(cl_int),
+                                 other.data(), 1, &g, &w),
+            CL_SUCCESS);
+  Event write(w);
+  ASSERT_EQ(clEnqueueMarkerWithWaitList(set.queues[1].get(), 1, &w, &m), CL_SUCCESS);
+  Event marker(m);
+  cl_int status = CL_COMPLETE;
+  ASSERT_TRUE(ends(w, status)) << "the write never ended";
+  EXPECT_LT(status, 0);
+  ASSERT_TRUE(ends(m, status)) << "what waits for the write never ended";
+  EXPECT_LT(status, 0);
+  // The buffer is as it was.
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, out.size() * sizeof(cl_int), out.data(), 0,
+                                nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(out, data);
+}
+
 }  // namespace
