@@ -242,6 +242,12 @@ void RangeVersions::restore(std::size_t index, bool ran) {
 // wait list: it would fail the command); a failed last writer here had its
 // record forgotten (kMaxUndo). Content with no holder left is lost.
 void RangeVersions::settle_span(Span& s, std::uint64_t bytes) {
+  if (ops_.failed(s.last_writer)) {
+    // Failed since settle() looked: its records come back at the next
+    // plan. Until then the span stays as it is (a command planned now
+    // waits for the failed writer and fails with it).
+    if (std::any_of(undo_.begin(), undo_.end(), [&](const Undo& r) { return r.writer == s.last_writer; })) return;
+  }
   std::erase_if(s.holders, [&](const Holder& h) {
     if (!ops_.failed(h.ready)) return false;
     ops_.drop(h.ready);
