@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
 // Undo records kept per buffer: more unfinished writes forget the oldest,
 // whose content is then lost only if its writer fails (settle_span()). It
-// bounds what settle() costs at each plan under a deep queue.
+// bounds the records a failed writer's search goes through.
 constexpr std::size_t kMaxUndo = 64;
 
 void add_unique(std::vector<Event>& list, Event e) {
@@ -79,7 +79,7 @@ RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, co
 
 RangeVersions::~RangeVersions() {
   for (const auto& [offset, span] : spans_) drop_span(span);
-  for (std::size_t i = 0; i < undo_.size(); ++i) forget_undo(i);
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget_undo(i);
 }
 
 // One use of the whole buffer while it is one span: the common case, which
@@ -164,31 +164,52 @@ void RangeVersions::drop_span(const Span& s) const {
 
 // ---- failures --------------------------------------------------------------
 
-// Applies what the runtime reports about unfinished writers (the header's
-// "Failures"): a failed writer's records are put back, newest first; a
-// completed writer's are dropped.
-void RangeVersions::settle() {
-  if (undo_.empty()) return;
-  std::uint64_t lo = size_, hi = 0;  // what was put back
-  for (std::size_t i = undo_.size(); i-- > 0;) {  // restore() erases only records from i on
-    const EventStatus st = ops_.state(undo_[i].writer);
-    if (st != EventStatus::cancelled && st != EventStatus::failed) continue;
-    lo = std::min(lo, undo_[i].offset), hi = std::max(hi, undo_[i].offset + undo_[i].size);
-    restore(i, st == EventStatus::failed);
+// Drops the records of writers that completed, oldest first: a buffer's
+// writers mostly complete in commit order, and one still running only holds
+// back the completed ones behind it until it ends. Amortised O(1).
+void RangeVersions::trim_completed() {
+  while (first_undo_ < undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed)
+    forget_undo(first_undo_++);
+  if (first_undo_ == undo_.size()) {
+    undo_.clear();
+    first_undo_ = 0;
+  } else if (first_undo_ >= 16 && 2 * first_undo_ >= undo_.size()) {
+    undo_.erase(undo_.begin(), undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_));
+    first_undo_ = 0;
   }
-  // Only now: a span put back may name a writer whose own record comes
-  // back in a later step of the loop.
-  if (lo < hi) settle_range(lo, hi);
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < undo_.size(); ++i) {
-    if (ops_.state(undo_[i].writer) == EventStatus::completed) {
-      forget_undo(i);
-      continue;
+}
+
+// Settles the spans of [begin, end) (the header's "Failures"): a span whose
+// last writer failed gets back what it was before, through all of that
+// writer's records, newest first, and so on while the content put back
+// names a failed writer too; then each span's own lists (settle_span).
+// `for_write`: the plan writes there, so failed readers matter.
+void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool for_write) {
+  trim_completed();
+  for (bool again = !undo_.empty(); again;) {
+    again = false;
+    for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it) {
+      const Event w = it->second.last_writer;
+      if (w != nullptr && ops_.failed(w) && restore_writer(w)) {
+        again = true;  // spans_ changed under `it`
+        break;
+      }
     }
-    if (kept != i) undo_[kept] = std::move(undo_[i]);
-    ++kept;
   }
-  undo_.resize(kept);
+  for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it)
+    settle_span(it->second, end_of(it) - it->first, for_write);
+}
+
+// Puts back every record of `writer` (failed); false if it has none left.
+bool RangeVersions::restore_writer(Event writer) {
+  const bool ran = ops_.state(writer) == EventStatus::failed;
+  bool found = false;
+  for (std::size_t i = undo_.size(); i-- > first_undo_;) {  // restore() erases only records from i on
+    if (undo_[i].writer != writer) continue;
+    restore(i, ran);
+    found = true;
+  }
+  return found;
 }
 
 // Drops record `index`'s references and keeps its lists for reuse; the
@@ -210,12 +231,27 @@ void RangeVersions::restore(std::size_t index, bool ran) {
   undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
   const std::uint64_t begin = r.offset, end = r.offset + r.size;
   // Newer records over these bytes describe content made from the failed
-  // one; their writers wait for it, so they fail too.
+  // one; their writers wait for it, so they fail too. Of a record that
+  // reaches beyond these bytes (spans merge and split, so records need not
+  // nest), the part beyond stays: its writer's failure puts that back.
   for (std::size_t j = index; j < undo_.size();) {
-    if (undo_[j].offset < end && begin < undo_[j].offset + undo_[j].size) {
+    Undo& n = undo_[j];
+    const std::uint64_t a = n.offset, b = n.offset + n.size;
+    if (b <= begin || end <= a) {
+      ++j;
+    } else if (begin <= a && b <= end) {
       forget_undo(j);
       undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(j));
+    } else if (a < begin && end < b) {  // beyond on both sides: two records
+      Undo right{n.writer, n.at, end, b - end, n.before};
+      hold_span(right.before);
+      ops_.hold(right.writer);
+      n.size = begin - a;
+      undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(right));
+      j += 2;
     } else {
+      if (a < begin) n.size = begin - a;
+      else n.offset = end, n.size = b - end;
       ++j;
     }
   }
@@ -239,25 +275,30 @@ void RangeVersions::restore(std::size_t index, bool ran) {
 
 // What one span's own lists say of failures: a copy that failed left no
 // valid bytes, and a reader that failed orders nothing (neither may reach a
-// wait list: it would fail the command); a failed last writer here had its
-// record forgotten (kMaxUndo). Content with no holder left is lost.
-void RangeVersions::settle_span(Span& s, std::uint64_t bytes) {
+// wait list: it would fail the command; readers matter only to a writer);
+// a failed last writer here had its records forgotten (kMaxUndo). Content
+// with no holder left is lost.
+void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write) {
   if (ops_.failed(s.last_writer)) {
-    // Failed since settle() looked: its records come back at the next
-    // plan. Until then the span stays as it is (a command planned now
+    // Failed since settle_range() looked: its records come back at the
+    // next plan. Until then the span stays as it is (a command planned now
     // waits for the failed writer and fails with it).
-    if (std::any_of(undo_.begin(), undo_.end(), [&](const Undo& r) { return r.writer == s.last_writer; })) return;
+    if (std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(),
+                    [&](const Undo& r) { return r.writer == s.last_writer; }))
+      return;
   }
   std::erase_if(s.holders, [&](const Holder& h) {
     if (!ops_.failed(h.ready)) return false;
     ops_.drop(h.ready);
     return true;
   });
-  std::erase_if(s.readers, [&](Event e) {
-    if (!ops_.failed(e)) return false;
-    ops_.drop(e);
-    return true;
-  });
+  if (for_write) {
+    std::erase_if(s.readers, [&](Event e) {
+      if (!ops_.failed(e)) return false;
+      ops_.drop(e);
+      return true;
+    });
+  }
   if (ops_.failed(s.last_writer)) {
     for (const Holder& h : s.holders) ops_.drop(h.ready);
     s.holders.clear();
@@ -271,13 +312,8 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes) {
   }
 }
 
-void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end) {
-  for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it)
-    settle_span(it->second, end_of(it) - it->first);
-}
-
 bool RangeVersions::undo_names(Location at) const {
-  return std::any_of(undo_.begin(), undo_.end(), [&](const Undo& r) {
+  return std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(), [&](const Undo& r) {
     return std::any_of(r.before.holders.begin(), r.before.holders.end(), [&](const Holder& h) { return h.where == at; });
   });
 }
@@ -291,7 +327,7 @@ void RangeVersions::add_reader(Span& s, Event e) {
 
 // Finished events order nothing any more: drop them, so lists stay short and
 // spans that differ only in finished history can merge. Failed ready events
-// and writers stay: settle() needs them to undo.
+// and writers stay: settle_range() needs them to undo.
 void RangeVersions::prune(Span& s) {
   auto keep = std::remove_if(s.readers.begin(), s.readers.end(), [&](Event e) {
     if (!ops_.done(e)) return false;
@@ -383,15 +419,13 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
-    settle();
-    Span& s = spans_.begin()->second;
-    settle_span(s, size_);
+    settle_range(0, size_, writes(uses[0].access));
+    const Span& s = spans_.begin()->second;
     if (reads_old_content(uses[0].access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
     plan_waits(s, uses[0].access, at, out);
     return;
   }
-  settle();
-  for (const Use& u : uses) settle_range(u.offset, u.offset + u.size);
+  for (const Use& u : uses) settle_range(u.offset, u.offset + u.size, writes(u.access));
   for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const auto first = span_containing(begin);
     if (reads_old_content(access)) plan_fetch(first, begin, end, at, cost, out);
@@ -404,9 +438,20 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
 // completes, with the lists of a dropped record reused for the new content.
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
-  if (undo_.size() == kMaxUndo) {
-    forget_undo(0);
-    undo_.erase(undo_.begin());
+  if (undo_.size() - first_undo_ == kMaxUndo) {
+    // Completed writers behind a running one go first, then the oldest.
+    std::size_t kept = 0;
+    for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+      if (ops_.state(undo_[i].writer) == EventStatus::completed) {
+        forget_undo(i);
+        continue;
+      }
+      if (kept != i) undo_[kept] = std::move(undo_[i]);
+      ++kept;
+    }
+    undo_.resize(kept);
+    first_undo_ = 0;
+    if (undo_.size() == kMaxUndo) forget_undo(first_undo_++);
   }
   ops_.hold(command);
   undo_.push_back(Undo{command, at, offset, size, std::move(s)});
@@ -480,8 +525,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
 void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (at == kHost) throw std::invalid_argument("migration: the host copy is not evicted");
-  settle();
-  settle_range(0, size_);
+  settle_range(0, size_, true);
   for (auto it = spans_.begin(); it != spans_.end(); ++it) {
     const Span& s = it->second;
     const Holder* h = holder(s, at);
@@ -534,7 +578,7 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   }
   // An undo record left with no holder is lost if its writer fails
   // (bytes_lost); eviction prefers other storage (undo_names()).
-  for (Undo& r : undo_) forget(r.before);
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);
   merge_range(0, size_);
 }
 

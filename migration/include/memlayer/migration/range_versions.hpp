@@ -173,9 +173,10 @@ class RangeVersions {
   void set_holder(Span& s, Location l, Event ready);
   void hold_span(const Span& s) const;
   void drop_span(const Span& s) const;
-  void settle();
-  void settle_span(Span& s, std::uint64_t bytes);
-  void settle_range(std::uint64_t begin, std::uint64_t end);
+  void trim_completed();
+  void settle_range(std::uint64_t begin, std::uint64_t end, bool for_write);
+  void settle_span(Span& s, std::uint64_t bytes, bool for_write);
+  bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);
   void forget_undo(std::size_t index);
   void add_reader(Span& s, Event e);
@@ -192,7 +193,8 @@ class RangeVersions {
   SpanMap spans_;
   std::uint64_t next_version_ = 1;
   std::uint64_t bytes_lost_ = 0;
-  std::vector<Undo> undo_;  // in commit order
+  std::vector<Undo> undo_;  // in commit order; [0, first_undo_) are spent
+  std::size_t first_undo_ = 0;
   Span spare_;              // a dropped Undo's lists, reused by the next write
 };
 
