@@ -12,8 +12,12 @@ namespace {
 constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
 // Undo records kept per buffer: more unfinished writes forget the oldest,
 // whose content is then lost only if its writer fails (settle_span()). It
-// bounds the records a failed writer's search goes through.
-constexpr std::size_t kMaxUndo = 64;
+// bounds the memory of a deep queue and what a failed writer's search goes
+// through.
+constexpr std::size_t kMaxUndo = 1024;
+// Lists of dropped records kept for reuse, so that writing allocates
+// nothing once a buffer's queue depth has been reached.
+constexpr std::size_t kSpareLists = 64;
 
 void add_unique(std::vector<Event>& list, Event e) {
   if (e == nullptr) return;
@@ -219,8 +223,14 @@ void RangeVersions::forget_undo(std::size_t index) {
   drop_span(r.before);
   ops_.drop(r.writer);
   r.writer = nullptr;
-  if (spare_.holders.capacity() == 0) spare_.holders = std::move(r.before.holders);
-  if (spare_.readers.capacity() == 0) spare_.readers = std::move(r.before.readers);
+  if (r.before.holders.capacity() != 0 && spare_holders_.size() < kSpareLists) {
+    r.before.holders.clear();
+    spare_holders_.push_back(std::move(r.before.holders));
+  }
+  if (r.before.readers.capacity() != 0 && spare_readers_.size() < kSpareLists) {
+    r.before.readers.clear();
+    spare_readers_.push_back(std::move(r.before.readers));
+  }
   r.before = Span{};
 }
 
@@ -439,7 +449,8 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
   if (undo_.size() - first_undo_ == kMaxUndo) {
-    // Completed writers behind a running one go first, then the oldest.
+    // Completed writers behind a running one go first, then the oldest,
+    // down to three quarters: the next kMaxUndo / 4 writes scan nothing.
     std::size_t kept = 0;
     for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
       if (ops_.state(undo_[i].writer) == EventStatus::completed) {
@@ -451,15 +462,19 @@ void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size
     }
     undo_.resize(kept);
     first_undo_ = 0;
-    if (undo_.size() == kMaxUndo) forget_undo(first_undo_++);
+    while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
   }
   ops_.hold(command);
   undo_.push_back(Undo{command, at, offset, size, std::move(s)});
   s = Span{};
-  s.holders = std::move(spare_.holders);
-  s.readers = std::move(spare_.readers);
-  s.holders.clear();
-  s.readers.clear();
+  if (!spare_holders_.empty()) {
+    s.holders = std::move(spare_holders_.back());
+    spare_holders_.pop_back();
+  }
+  if (!spare_readers_.empty()) {
+    s.readers = std::move(spare_readers_.back());
+    spare_readers_.pop_back();
+  }
   s.version = version;
   ops_.hold(command);
   s.holders.push_back(Holder{at, command});

@@ -45,7 +45,7 @@
 // and their writes are undone the same way. Content whose every holder is
 // gone (its only copy was where a writer failed while running, in storage
 // evicted while a writer over it was unfinished, or the records were
-// forgotten: at most 64 per buffer, the oldest go first) becomes undefined,
+// forgotten: at most 1024 per buffer, the oldest go first) becomes undefined,
 // and bytes_lost() counts it.
 //
 // Thread-safety: none. The runtime serialises plan()+commit() per buffer.
@@ -195,7 +195,9 @@ class RangeVersions {
   std::uint64_t bytes_lost_ = 0;
   std::vector<Undo> undo_;  // in commit order; [0, first_undo_) are spent
   std::size_t first_undo_ = 0;
-  Span spare_;              // a dropped Undo's lists, reused by the next write
+  // Dropped records' lists (cleared), reused by the next writes.
+  std::vector<std::vector<Holder>> spare_holders_;
+  std::vector<std::vector<Event>> spare_readers_;
 };
 
 }  // namespace memlayer::migration
