@@ -108,6 +108,7 @@ struct Shared {
   std::atomic<std::uint64_t> checked_reads{0};
   std::atomic<std::uint64_t> checked_bytes{0};
   std::atomic<std::uint64_t> dropped_reads{0};  // reads whose expectation a failure voided
+  std::atomic<std::uint64_t> renewed_buffers{0};  // released with commands queued, and made anew
   std::mutex events_mutex;
   std::deque<Event> recent;  // events from every thread, for wait lists
 };
@@ -125,24 +126,32 @@ struct PendingRead {
 class Worker {
  public:
   Worker(Shared& s, unsigned index, unsigned buffers) : s_(s), rng_(s.opt.seed * 7919 + index), index_(index) {
-    for (unsigned i = 0; i < buffers; ++i) {
-      const std::uint64_t size = 128 * (16 + rng_() % 240);  // 2-32 KiB
-      std::vector<std::uint8_t> init(size);
-      for (auto& b : init) b = static_cast<std::uint8_t>(rng_());
-      auto made = s.ctx->create_buffer(mem::kCopyHostPtr, size, init.data());
-      if (!made) fail("create_buffer: " + made.error().message);
-      parents_.push_back(made.value());
-      Model m{init, std::vector<std::uint8_t>(size, 1), std::vector<std::uint64_t>(size, 1)};
-      models_.push_back(std::move(m));
-      views_.push_back({made.value(), models_.size() - 1});
-      // Random sub-buffers, overlapping ones too.
-      for (int k = 0; k < 3; ++k) {
-        const std::uint64_t origin = 128 * (rng_() % (size / 128));
-        const std::uint64_t len = 1 + rng_() % (size - origin);
-        auto sub = s.ctx->create_sub_buffer(made.value(), 0, origin, len);
-        if (!sub) fail("create_sub_buffer: " + sub.error().message);
-        views_.push_back({sub.value(), models_.size() - 1});
-      }
+    parents_.resize(buffers);
+    models_.resize(buffers);
+    views_.resize(std::size_t{buffers} * 4);
+    for (unsigned i = 0; i < buffers; ++i) make_buffer(i, true);
+  }
+
+  // (Re)makes parent `p`: a new buffer of a random size, with host content
+  // or none, and three random sub-buffers (overlapping ones too), in
+  // views_[4p, 4p + 4). The old ones are released with their commands maybe
+  // still queued or being evicted: the runtime must keep what those need.
+  void make_buffer(std::size_t p, bool with_content) {
+    const std::uint64_t size = 128 * (16 + rng_() % 240);  // 2-32 KiB
+    std::vector<std::uint8_t> init(size);
+    for (auto& b : init) b = static_cast<std::uint8_t>(rng_());
+    auto made = with_content ? s_.ctx->create_buffer(mem::kCopyHostPtr, size, init.data())
+                             : s_.ctx->create_buffer(mem::kReadWrite, size);
+    if (!made) fail("create_buffer: " + made.error().message);
+    parents_[p] = made.value();
+    models_[p] = Model{init, std::vector<std::uint8_t>(size, with_content ? 1 : 0), std::vector<std::uint64_t>(size, 1)};
+    views_[p * 4] = {made.value(), p};
+    for (std::size_t k = 1; k < 4; ++k) {
+      const std::uint64_t origin = 128 * (rng_() % (size / 128));
+      const std::uint64_t len = 1 + rng_() % (size - origin);
+      auto sub = s_.ctx->create_sub_buffer(made.value(), 0, origin, len);
+      if (!sub) fail("create_sub_buffer: " + sub.error().message);
+      views_[p * 4 + k] = {sub.value(), p};
     }
   }
 
@@ -491,6 +500,9 @@ class Worker {
       }
       if (r) touch(m, v.buffer.offset(), v.buffer.size(), to_host ? 1 : loc_bit(q), !undefined, undefined);
       track(std::move(r), "migrate", {v.parent}, {v.parent});
+    } else if (op < 97 && rng_() % 40 == 0) {  // release a buffer and its sub-buffers, make another
+      make_buffer(v.parent, rng_() % 2 == 0);
+      s_.renewed_buffers.fetch_add(1, std::memory_order_relaxed);
     } else if (op < 97) {  // marker or barrier with events from every thread
       auto w = wait_list();
       track(rng_() % 2 ? s_.queues[q]->enqueue_marker(w) : s_.queues[q]->enqueue_barrier(w), "marker", {}, {});
@@ -772,7 +784,9 @@ int main(int argc, char** argv) {
   std::printf("  migrated %" PRIu64 " bytes = %.2fx the minimum necessary (%" PRIu64 "); copies: %" PRIu64
               " device-to-device, %" PRIu64 " to host, %" PRIu64 " from host\n",
               st.bytes_migrated, ratio, s.min_bytes.load(), st.copies_direct, st.copies_to_host, st.copies_from_host);
-  std::printf("  evictions %" PRIu64 " (%" PRIu64 " with write-back)\n", st.evictions, st.write_backs);
+  std::printf("  evictions %" PRIu64 " (%" PRIu64 " with write-back); %" PRIu64
+              " buffers released with commands queued and made anew\n",
+              st.evictions, st.write_backs, s.renewed_buffers.load());
   for (std::size_t d = 0; d < st.devices.size(); ++d) {
     const auto& r = st.devices[d];
     std::printf("  sim%zu: peak %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " failed allocations, %" PRIu64
