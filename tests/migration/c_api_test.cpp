@@ -68,3 +68,50 @@ TEST(MigrationCApi, EventReferencesAreBalanced) {
   ml_plan_destroy(plan);
   ml_cost_model_destroy(cost);
 }
+
+// A C runtime reports a failed writer through ml_event_ops.status: the
+// planner goes back to the content before it, and counts what it lost.
+TEST(MigrationCApi, AFailedWriterIsUndone) {
+  struct State {
+    std::map<ml_event, int> refs;
+    std::map<ml_event, int> status;  // absent: ML_EVENT_RUNNING
+  } st;
+  ml_event_ops ops{&st, [](void* c, ml_event e) { ++static_cast<State*>(c)->refs[e]; },
+                   [](void* c, ml_event e) { --static_cast<State*>(c)->refs[e]; },
+                   [](void* c, ml_event e) {
+                     auto& s = static_cast<State*>(c)->status;
+                     auto it = s.find(e);
+                     return it == s.end() ? int{ML_EVENT_RUNNING} : it->second;
+                   }};
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
+  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
+  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  ml_use w{0, 1024, ML_ACCESS_OVERWRITE}, r{0, 4096, ML_ACCESS_READ};
+  ml_event writer = reinterpret_cast<ml_event>(16), failed_half_way = reinterpret_cast<ml_event>(32);
+  ASSERT_EQ(ml_versions_plan(v, &w, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &w, 1, 1, writer), ML_OK);
+  st.status[writer] = ML_EVENT_CANCELLED;
+  ASSERT_EQ(ml_versions_plan(v, &r, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_plan_copy_count(plan), 1u);
+  EXPECT_EQ(ml_plan_copy(plan, 0).size, 4096u) << "all of it from the host: the cancelled write made nothing valid";
+  EXPECT_EQ(ml_plan_wait_count(plan), 0u);
+
+  // Written on device 1 only, then a writer there fails half-way: lost.
+  ASSERT_EQ(ml_versions_plan(v, &w, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &w, 1, 1, reinterpret_cast<ml_event>(48)), ML_OK);
+  st.status[reinterpret_cast<ml_event>(48)] = ML_EVENT_COMPLETE;
+  ml_use rw{0, 1024, ML_ACCESS_READ_WRITE};
+  ASSERT_EQ(ml_versions_plan(v, &rw, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &rw, 1, 1, failed_half_way), ML_OK);
+  st.status[failed_half_way] = ML_EVENT_FAILED;
+  ASSERT_EQ(ml_versions_plan(v, &r, 1, 2, cost, plan), ML_OK);
+  EXPECT_EQ(ml_versions_bytes_lost(v), 1024u);
+  EXPECT_EQ(ml_versions_bytes_lost(nullptr), 0u);
+  ml_versions_destroy(v);
+  for (auto& [e, n] : st.refs) EXPECT_EQ(n, 0) << e;
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}

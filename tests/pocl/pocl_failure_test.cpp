@@ -190,4 +190,52 @@ TEST(PoclFailure, ACommandWhoseDependencyFailedBeforeTheEnqueueFails) {
   EXPECT_EQ(out, data);
 }
 
+// Blocking reads, writes and maps report a dependency that failed — one
+// in their wait list, or one the migration engine ordered them after —
+// with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (PoCL returned
+// CL_SUCCESS: drivers/pocl/patches/pocl-*-blocking-calls-report-failure.patch).
+TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> data(1024, 3), out(1024, 0);
+  const std::size_t bytes = data.size() * sizeof(cl_int);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, data.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+
+  // In the wait list, failed before the call.
+  Event failed(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  ASSERT_EQ(clSetUserEventStatus(failed.get(), -4), CL_SUCCESS);
+  cl_event f = failed.get();
+  EXPECT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 1, &f, nullptr),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  EXPECT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, data.data(), 1, &f, nullptr),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  void* p = clEnqueueMapBuffer(set.queues[1].get(), b.get(), CL_TRUE, CL_MAP_READ, 0, bytes, 1, &f, nullptr, &err);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(err, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+
+  // Implicit: a write of the same bytes on the other device, gated on a
+  // user event that fails while the read blocks.
+  Event gate(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = gate.get(), w = nullptr;
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, bytes, data.data(), 1, &g, &w),
+            CL_SUCCESS);
+  Event write(w);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clSetUserEventStatus(g, -6);
+  });
+  err = clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr);
+  opener.join();
+  EXPECT_EQ(err, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+
+  // And a blocking call with nothing failed still succeeds.
+  EXPECT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(out, data);
+}
+
 }  // namespace
