@@ -190,10 +190,10 @@ TEST(PoclFailure, ACommandWhoseDependencyFailedBeforeTheEnqueueFails) {
   EXPECT_EQ(out, data);
 }
 
-// Blocking reads, writes and maps report a dependency that failed — one
-// in their wait list, or one the migration engine ordered them after —
-// with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (PoCL returned
-// CL_SUCCESS: drivers/pocl/patches/pocl-*-blocking-calls-report-failure.patch).
+// Blocking reads, writes and maps report a dependency that failed while
+// they waited — one in their wait list, or one the migration engine ordered
+// them after — with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (PoCL
+// returned CL_SUCCESS: drivers/pocl/patches/pocl-*-blocking-calls-report-failure.patch).
 TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
   DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
   ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
@@ -202,35 +202,50 @@ TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
   cl_int err = CL_SUCCESS;
   Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, data.data(), &err));
   ASSERT_EQ(err, CL_SUCCESS);
+  // A user event that fails 100 ms into the blocking call `call`.
+  auto failing_while = [&](auto call) {
+    Event gate(clCreateUserEvent(set.ctx.get(), &err));
+    EXPECT_EQ(err, CL_SUCCESS);
+    cl_event g = gate.get();
+    std::thread fail_it([g] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      clSetUserEventStatus(g, -4);
+    });
+    const cl_int result = call(g);
+    fail_it.join();
+    return result;
+  };
 
-  // In the wait list, failed before the call.
-  Event failed(clCreateUserEvent(set.ctx.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  ASSERT_EQ(clSetUserEventStatus(failed.get(), -4), CL_SUCCESS);
-  cl_event f = failed.get();
-  EXPECT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 1, &f, nullptr),
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              return clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 1, &g, nullptr);
+            }),
             CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
-  EXPECT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, data.data(), 1, &f, nullptr),
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              return clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, data.data(), 1, &g,
+                                          nullptr);
+            }),
             CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
-  void* p = clEnqueueMapBuffer(set.queues[1].get(), b.get(), CL_TRUE, CL_MAP_READ, 0, bytes, 1, &f, nullptr, &err);
+  void* p = nullptr;
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              cl_int e = CL_SUCCESS;
+              p = clEnqueueMapBuffer(set.queues[1].get(), b.get(), CL_TRUE, CL_MAP_READ, 0, bytes, 1, &g, nullptr, &e);
+              return e;
+            }),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
   EXPECT_EQ(p, nullptr);
-  EXPECT_EQ(err, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
 
   // Implicit: a write of the same bytes on the other device, gated on a
   // user event that fails while the read blocks.
-  Event gate(clCreateUserEvent(set.ctx.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  cl_event g = gate.get(), w = nullptr;
-  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, bytes, data.data(), 1, &g, &w),
-            CL_SUCCESS);
-  Event write(w);
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    clSetUserEventStatus(g, -6);
-  });
-  err = clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr);
-  opener.join();
-  EXPECT_EQ(err, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  Event write;
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              cl_event w = nullptr;
+              EXPECT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, bytes, data.data(), 1, &g, &w),
+                        CL_SUCCESS);
+              write = Event(w);
+              return clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr,
+                                         nullptr);
+            }),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
 
   // And a blocking call with nothing failed still succeeds.
   EXPECT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
