@@ -190,18 +190,16 @@ void RangeVersions::trim_completed() {
 // `for_write`: the plan writes there, so failed readers matter.
 void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool for_write) {
   trim_completed();
-  for (bool again = !undo_.empty(); again;) {
-    again = false;
-    for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it) {
-      const Event w = it->second.last_writer;
-      if (w != nullptr && ops_.failed(w) && restore_writer(w)) {
-        again = true;  // spans_ changed under `it`
-        break;
-      }
+  for (auto it = span_containing(begin); it != spans_.end() && it->first < end;) {
+    const Event w = it->second.last_writer;
+    const bool writer_failed = ops_.failed(w);
+    if (writer_failed && restore_writer(w)) {
+      it = span_containing(begin);  // spans_ changed: look again
+      continue;
     }
+    settle_span(it->second, end_of(it) - it->first, for_write, writer_failed);
+    ++it;
   }
-  for (auto it = span_containing(begin); it != spans_.end() && it->first < end; ++it)
-    settle_span(it->second, end_of(it) - it->first, for_write);
 }
 
 // Puts back every record of `writer` (failed); false if it has none left.
@@ -285,20 +283,16 @@ void RangeVersions::restore(std::size_t index, bool ran) {
 
 // What one span's own lists say of failures: a copy that failed left no
 // valid bytes, and a reader that failed orders nothing (neither may reach a
-// wait list: it would fail the command; readers matter only to a writer);
-// a failed last writer here had its records forgotten (kMaxUndo). Content
-// with no holder left is lost.
-void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write) {
-  if (ops_.failed(s.last_writer)) {
-    // Failed since settle_range() looked: its records come back at the
-    // next plan. Until then the span stays as it is (a command planned now
-    // waits for the failed writer and fails with it).
-    if (std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(),
-                    [&](const Undo& r) { return r.writer == s.last_writer; }))
-      return;
-  }
+// wait list: it would fail the command; readers matter only to a writer).
+// `writer_failed` is what settle_range() found of the last writer, which
+// then had no records left (forgotten: kMaxUndo); one that fails after that
+// look keeps the span as it is until the next plan puts its records back (a
+// command planned now waits for it and fails with it). Content with no
+// holder left is lost.
+void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed) {
   std::erase_if(s.holders, [&](const Holder& h) {
-    if (!ops_.failed(h.ready)) return false;
+    // The writer's own copy is ready with the writer: already looked at.
+    if (h.ready == s.last_writer || !ops_.failed(h.ready)) return false;
     ops_.drop(h.ready);
     return true;
   });
@@ -309,7 +303,7 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write) {
       return true;
     });
   }
-  if (ops_.failed(s.last_writer)) {
+  if (writer_failed) {  // its records were forgotten (kMaxUndo)
     for (const Holder& h : s.holders) ops_.drop(h.ready);
     s.holders.clear();
     ops_.drop(s.last_writer);
