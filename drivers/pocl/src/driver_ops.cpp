@@ -246,22 +246,16 @@ int pocl_memlayer_migrate_d2d(MEMLAYER_MIGRATE_D2D_PARAMS) {
 
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
   // Called with the event locked; must unlock it.
-  cl_event event = node->sync.event.event;
+  // (A dependency that had failed before the enqueue fails the command in
+  // PoCL's pocl_command_enqueue: patches/pocl-*-failed-dependency-fails-command.patch.)
   memlayer::pocl::compat::mark_submitted(node);
-  // PoCL links a dependency that had failed already as if it were still to
-  // come: its notify() never comes, and the command would wait forever.
-  bool failed_before = false;
-  for (event_node* n = event->wait_list; n != nullptr && !failed_before; n = n->next)
-    failed_before = __atomic_load_n(&n->event->status, __ATOMIC_ACQUIRE) < CL_COMPLETE;
-  if (failed_before && event->status > CL_COMPLETE) memlayer::pocl::compat::fail_at_submit(event);
-  else push_if_ready(node);
-  POCL_UNLOCK_OBJ(event);
+  push_if_ready(node);
+  POCL_UNLOCK_OBJ(node->sync.event.event);
 }
 
 void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
   // Called with `event` locked when one of its dependencies finished. It
-  // may have failed already: another dependency failed first, or submit()
-  // found one that had.
+  // may have failed already: another dependency failed first.
   if (event->status <= CL_COMPLETE) return;
   if (finished->status < CL_COMPLETE) {
     memlayer::pocl::compat::fail_from_notify(event, finished);
