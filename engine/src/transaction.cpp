@@ -177,12 +177,11 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
 
 // The buffer to evict from `loc`, among those with storage there that this
 // command does not use and no other thread holds: one nothing still uses
-// first (its storage is reusable at once), then one valid elsewhere (nothing
-// to write back), then the least recently used. Returned locked. Never waits
-// for a lock.
+// first (its storage is reusable at once), then one whose storage no undo
+// record names (evicting that would lose the content a queued writer's
+// failure goes back to), then one valid elsewhere (nothing to write back),
+// then the least recently used. Returned locked. Never waits for a lock.
 Buffer* Transaction::pick_victim(Location loc) {
-  // `unpinned`: no unfinished writer's undo state names the storage (else
-  // evicting it would lose that content should the writer fail).
   struct Rank {
     bool idle, unpinned, clean;
     std::uint64_t last_use;
