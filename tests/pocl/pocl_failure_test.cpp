@@ -163,7 +163,7 @@ bool ends(cl_event e, cl_int& status) {
 TEST(PoclFailure, ACommandWhoseDependencyFailedBeforeTheEnqueueFails) {
   DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
   ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
-  std::vector<cl_int> data(1024, 5), out(1024, 0);
+  std::vector<cl_int> data(1024, 5);
   cl_int err = CL_SUCCESS;
   Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, data.size() * sizeof(cl_int),
                        data.data(), &err));
@@ -184,11 +184,7 @@ TEST(PoclFailure, ACommandWhoseDependencyFailedBeforeTheEnqueueFails) {
   EXPECT_LT(status, 0);
   ASSERT_TRUE(ends(m, status)) << "what waits for the write never ended";
   EXPECT_LT(status, 0);
-  // The buffer is as it was.
-  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, out.size() * sizeof(cl_int), out.data(), 0,
-                                nullptr, nullptr),
-            CL_SUCCESS);
-  EXPECT_EQ(out, data);
+  // (What the buffer holds afterwards: ACancelledWriteLeavesThePreviousContent.)
 }
 
 // Blocking reads, writes and maps report a dependency that failed while
@@ -248,10 +244,10 @@ TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
             }),
             CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
 
-  // And a blocking call with nothing failed still succeeds.
+  // And a blocking call with nothing failed still succeeds (what it reads
+  // after the cancelled write: ACancelledWriteLeavesThePreviousContent).
   EXPECT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
             CL_SUCCESS);
-  EXPECT_EQ(out, data);
 }
 
 }  // namespace

@@ -246,17 +246,26 @@ int pocl_memlayer_migrate_d2d(MEMLAYER_MIGRATE_D2D_PARAMS) {
 
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
   // Called with the event locked; must unlock it.
-  // (A dependency that had failed before the enqueue fails the command in
-  // PoCL's pocl_command_enqueue: patches/pocl-*-failed-dependency-fails-command.patch.)
+  // A dependency that had failed before the enqueue fails the command in
+  // PoCL's pocl_command_enqueue (patches/pocl-*-failed-dependency-fails-command.patch);
+  // one that failed while the command was being made is marked by notify().
+  cl_event event = node->sync.event.event;
   memlayer::pocl::compat::mark_submitted(node);
-  push_if_ready(node);
-  POCL_UNLOCK_OBJ(node->sync.event.event);
+  if (event->dependency_failed && event->status > CL_COMPLETE) memlayer::pocl::compat::fail_at_submit(event);
+  else push_if_ready(node);
+  POCL_UNLOCK_OBJ(event);
 }
 
 void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
   // Called with `event` locked when one of its dependencies finished. It
   // may have failed already: another dependency failed first.
   if (event->status <= CL_COMPLETE) return;
+  if (finished->status < CL_COMPLETE && !memlayer::pocl::compat::is_submitted(event->command)) {
+    // Still being made (PoCL 7.1 finishes migrations while it makes the
+    // command): not in its queue yet, so it cannot fail now. submit() will.
+    event->dependency_failed = 1;
+    return;
+  }
   if (finished->status < CL_COMPLETE) {
     memlayer::pocl::compat::fail_from_notify(event, finished);
     return;

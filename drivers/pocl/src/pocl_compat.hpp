@@ -135,6 +135,18 @@ inline void fail_from_notify(cl_event event, cl_event finished) {
 #endif
 }
 
+/// submit(): `event` (locked) is marked dependency_failed: a dependency
+/// failed while the command was being made (notify() came early). Fails it.
+inline void fail_at_submit(cl_event event) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  POCL_UNLOCK_OBJ(event);
+  pocl_update_event_failed(CL_FAILED, nullptr, 0, event, nullptr);
+  POCL_LOCK_OBJ(event);
+#else
+  pocl_update_event_failed(event);
+#endif
+}
+
 /// Fails a running command's event (not locked by the caller).
 inline void fail_event(cl_event event, const char* message) {
 #if MEMLAYER_POCL_MAJOR >= 7
