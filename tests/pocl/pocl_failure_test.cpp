@@ -250,4 +250,30 @@ TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
             CL_SUCCESS);
 }
 
+// Run with device 0's transfers failing (POCL_MEMLAYER0_PARAMETERS=
+// transfer_faults=1; ctest: pocl_failure_faults): a write there fails,
+// nothing hangs, and the buffer keeps its content, read on device 1.
+TEST(PoclFaults, AFaultyDevicesWritesFailAndLoseNothing) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> sevens(4096, 7), other(1024, 9), out(4096, 0);
+  const std::size_t bytes = sevens.size() * sizeof(cl_int);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, sevens.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  for (int round = 0; round < 3; ++round) {
+    cl_event w = nullptr;
+    ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 1024, other.size() * sizeof(cl_int),
+                                   other.data(), 0, nullptr, &w),
+              CL_SUCCESS);
+    Event write(w);
+    cl_int status = CL_COMPLETE;
+    ASSERT_TRUE(ends(w, status)) << "the write never ended";
+    EXPECT_LT(status, 0) << "device 0 fails every transfer";
+    ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
+              CL_SUCCESS);
+    EXPECT_EQ(out, sevens) << "round " << round;
+  }
+}
+
 }  // namespace

@@ -125,11 +125,29 @@ void MemlayerDevice::worker(unsigned index) {
         continue;
       }
       POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel (empty) ");
+    } else if (inject_transfer_fault(node->type)) {
+      compat::fail_event(node->sync.event.event, "memlayer: transfer failed (injected: transfer_faults)");
     } else {
       pocl_exec_command(node);
     }
     lock.lock();
   }
+}
+
+bool MemlayerDevice::inject_transfer_fault(cl_command_type type) {
+  if (params_.transfer_faults <= 0) return false;
+  switch (type) {
+    case CL_COMMAND_READ_BUFFER: case CL_COMMAND_WRITE_BUFFER: case CL_COMMAND_COPY_BUFFER:
+    case CL_COMMAND_READ_BUFFER_RECT: case CL_COMMAND_WRITE_BUFFER_RECT: case CL_COMMAND_COPY_BUFFER_RECT:
+    case CL_COMMAND_MIGRATE_MEM_OBJECTS: break;
+    default: return false;
+  }
+  // splitmix64 of (seed, count): a uniform draw in [0, 1).
+  std::uint64_t z = params_.fault_seed * 0x9E3779B97F4A7C15ull + transfers_.fetch_add(1, std::memory_order_relaxed);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53 < params_.transfer_faults;
 }
 
 std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node) const {

@@ -83,8 +83,13 @@ class MemlayerDevice {
   bool run_groups(KernelRun& run, std::size_t first, std::size_t last, ComputeUnit& cu) const;
   void finish_kernel(KernelRun& run) const;
 
+  // Fault injection (DriverParameters::transfer_faults): true when this
+  // transfer command is to fail. Deterministic in the seed and the count.
+  bool inject_transfer_fault(cl_command_type type);
+
   cl_device_id device_;
   DriverParameters params_;
+  std::atomic<std::uint64_t> transfers_{0};
   drivers::DeviceMemory memory_;
   std::vector<std::unique_ptr<ComputeUnit>> units_;
 

@@ -1,6 +1,7 @@
 #include "parameters.hpp"
 
 #include <charconv>
+#include <cstdlib>
 #include <limits>
 
 namespace memlayer::pocl {
@@ -27,6 +28,16 @@ bool parse_size(std::string_view text, std::uint64_t& out) {
 }
 
 bool power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// "0", "1", "0.001": a probability.
+bool parse_probability(std::string_view text, double& out) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = s.empty() ? -1 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0 && v <= 1)) return false;
+  out = v;
+  return true;
+}
 
 }  // namespace
 
@@ -63,9 +74,14 @@ drivers::DevResult<DriverParameters> parse_parameters(const char* text) {
       if (!parse_size(value, n) || !power_of_two(n) || n < 128 || n > 4096)
         return bad + " (a power of two from 128 to 4096)";
       p.alignment = n;
+    } else if (key == "transfer_faults") {
+      if (!parse_probability(value, p.transfer_faults)) return bad + " (a probability from 0 to 1)";
+    } else if (key == "fault_seed") {
+      if (!parse_size(value, n)) return bad + " (a number)";
+      p.fault_seed = n;
     } else {
       return "memlayer parameters: unknown key '" + key +
-             "' (known: global_mem, local_mem, compute_units, numa_node, alignment)";
+             "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, fault_seed)";
     }
   }
   if (p.local_mem > p.global_mem) return std::string("memlayer parameters: local_mem is larger than global_mem");

@@ -11,6 +11,11 @@
 //                  the node count
 //   alignment      CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes (128 to 4096; 128 is
 //                  the largest OpenCL C type), default 128
+//   transfer_faults  fault injection, for testing: each transfer command on
+//                  the device (buffer read, write, copy, their rect forms,
+//                  migrations) fails before it starts with this probability
+//                  (0 to 1, e.g. 0.001), default 0
+//   fault_seed     the seed of those draws, default 1
 //
 // Pure C++, no PoCL: the parser is unit-tested in memlayer's own tests.
 #pragma once
@@ -29,6 +34,8 @@ struct DriverParameters {
   unsigned compute_units = 0;  ///< 0: the host's cores
   int numa_node = -1;          ///< -1: the device index modulo the nodes
   std::uint64_t alignment = 128;
+  double transfer_faults = 0;  ///< probability in [0, 1]
+  std::uint64_t fault_seed = 1;
 };
 
 /// Parses `text` (null or empty: all defaults). An unknown key, a malformed
