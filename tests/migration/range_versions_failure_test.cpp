@@ -1,65 +1,17 @@
 // RangeVersions when commands fail after their enqueue: what a failed
 // writer, copy or reader leaves behind (range_versions.hpp, "Failures").
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <map>
-#include <optional>
-#include <vector>
-
-#include "memlayer/migration/range_versions.hpp"
+#include "planner_fixture.hpp"
 
 using namespace memlayer::migration;
+using memlayer::migration::testing::ev;
 
 namespace {
 
-Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
-
-// Events with references counted and a status the test sets.
-struct Events {
-  std::map<Event, int> refs;
-  std::map<Event, EventStatus> status;  // absent: running
-};
-
-class Failures : public ::testing::Test {
+class Failures : public memlayer::migration::testing::PlannerTest {
  protected:
   Failures() {
-    ops_.context = &events_;
-    ops_.retain = [](void* c, Event e) { ++static_cast<Events*>(c)->refs[e]; };
-    ops_.release = [](void* c, Event e) { --static_cast<Events*>(c)->refs[e]; };
-    ops_.status = [](void* c, Event e) {
-      const auto& st = static_cast<Events*>(c)->status;
-      auto it = st.find(e);
-      return static_cast<int>(it == st.end() ? EventStatus::running : it->second);
-    };
     cost_.set_direct(1, 2, {1e-6, 100e9});
     cost_.set_direct(2, 1, {1e-6, 100e9});
-  }
-  ~Failures() override {
-    buffer_.reset();
-    for (auto& [e, n] : events_.refs) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
-  }
-
-  RangeVersions& make(std::uint64_t size) {
-    buffer_.emplace(size, LocationSet::of(kHost), ops_);
-    return *buffer_;
-  }
-  // plan + commit; copy events are numbered from next_copy_.
-  Plan run(std::vector<Use> uses, Location at, Event command) {
-    Plan p = plan(uses, at);
-    std::vector<Event> copies;
-    for (std::size_t i = 0; i < p.copies.size(); ++i) copies.push_back(ev(next_copy_++));
-    buffer_->commit(p, copies, uses, at, command);
-    return p;
-  }
-  Plan plan(std::vector<Use> uses, Location at) {
-    Plan p;
-    buffer_->plan(uses, at, cost_, p);
-    return p;
-  }
-  void set(Event e, EventStatus s) { events_.status[e] = s; }
-  static bool waits_for(const std::vector<Event>& list, Event e) {
-    return std::find(list.begin(), list.end(), e) != list.end();
   }
   static bool waits_for_any_of(const Plan& p, std::initializer_list<Event> events) {
     for (Event e : events) {
@@ -69,12 +21,6 @@ class Failures : public ::testing::Test {
     }
     return false;
   }
-
-  Events events_;
-  EventOps ops_;
-  LinkCostModel cost_;
-  std::optional<RangeVersions> buffer_;
-  int next_copy_ = 1000;
 };
 
 }  // namespace

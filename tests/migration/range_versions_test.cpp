@@ -1,57 +1,14 @@
 // RangeVersions, case by case: what is copied, from where, and what waits
 // for what.
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <map>
-#include <vector>
-
-#include "memlayer/migration/range_versions.hpp"
+#include "planner_fixture.hpp"
 
 using namespace memlayer::migration;
+using memlayer::migration::testing::ev;
 
 namespace {
 
-// Events are small integers dressed as pointers; references are counted.
-Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
-
-class RangeVersionsTest : public ::testing::Test {
- protected:
-  RangeVersionsTest() {
-    ops_.context = &refs_;
-    ops_.retain = [](void* c, Event e) { ++(*static_cast<std::map<Event, int>*>(c))[e]; };
-    ops_.release = [](void* c, Event e) { --(*static_cast<std::map<Event, int>*>(c))[e]; };
-  }
-  ~RangeVersionsTest() override {
-    buffer_.reset();
-    for (auto& [e, n] : refs_) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
-  }
-
-  RangeVersions& make(std::uint64_t size, LocationSet valid = LocationSet::of(kHost)) {
-    buffer_.emplace(size, valid, ops_);
-    return *buffer_;
-  }
-
-  // plan + commit with fresh copy events numbered from next_copy_.
-  Plan run(std::vector<Use> uses, Location at, Event command) {
-    Plan p;
-    buffer_->plan(uses, at, cost_, p);
-    std::vector<Event> copy_events;
-    for (std::size_t i = 0; i < p.copies.size(); ++i) copy_events.push_back(ev(next_copy_++));
-    buffer_->commit(p, copy_events, uses, at, command);
-    return p;
-  }
-
-  static bool waits_for(const std::vector<Event>& list, Event e) {
-    return std::find(list.begin(), list.end(), e) != list.end();
-  }
-
-  std::map<Event, int> refs_;
-  EventOps ops_;
-  LinkCostModel cost_;
-  std::optional<RangeVersions> buffer_;
-  int next_copy_ = 1000;
-};
+// Every test here starts with no event finished (those that need it say so).
+class RangeVersionsTest : public memlayer::migration::testing::PlannerTest {};
 
 }  // namespace
 

@@ -31,16 +31,53 @@ void CL_CALLBACK record(cl_event, cl_int status, void* seen) {
   s->calls.fetch_add(1);
 }
 
-// True once every one of `seen` was called, false after 20 s.
-bool called(std::initializer_list<const Seen*> seen) {
+// True once `done()` is, false after 20 s: the bound on every wait here.
+template <class Done>
+bool within_bound(Done done) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    bool all = true;
-    for (const Seen* s : seen) all = all && s->calls.load() > 0;
-    if (all) return true;
+  while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return true;
+}
+
+// True once every one of `seen` was called, false after 20 s.
+bool called(std::initializer_list<const Seen*> seen) {
+  return within_bound([&] {
+    return std::all_of(seen.begin(), seen.end(), [](const Seen* s) { return s->calls.load() > 0; });
+  });
+}
+
+// True once `e` has ended (its status in `status`), false after 20 s.
+bool ends(cl_event e, cl_int& status) {
+  bool queried = true;
+  return within_bound([&] {
+    queried = clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS;
+    return !queried || status <= CL_COMPLETE;
+  }) && queried;
+}
+
+// A write to `b` on device 0 gated on a user event, a read of `read_bytes`
+// of it on device 1 (which the engine orders after the write), callbacks on
+// both, then the gate set to -5: both must fail.
+struct CancelledWrite {
+  Event gate, write, read;
+  Seen write_seen, read_seen;
+};
+void cancel_a_write(const DeviceSet& set, cl_mem b, std::size_t offset, std::size_t bytes, const void* data,
+                    std::size_t read_bytes, void* out, CancelledWrite& c) {
+  cl_int err = CL_SUCCESS;
+  c.gate = Event(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = c.gate.get(), w = nullptr, r = nullptr;
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b, CL_FALSE, offset, bytes, data, 1, &g, &w), CL_SUCCESS);
+  c.write = Event(w);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b, CL_FALSE, 0, read_bytes, out, 0, nullptr, &r), CL_SUCCESS);
+  c.read = Event(r);
+  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &c.write_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetEventCallback(r, CL_COMPLETE, record, &c.read_seen), CL_SUCCESS);
+  ASSERT_EQ(clSetUserEventStatus(g, -5), CL_SUCCESS);
 }
 
 TEST(PoclFailure, CompleteCallbacksRunWithTheNegativeStatusOfAFailedCommand) {
@@ -66,20 +103,11 @@ TEST(PoclFailure, CompleteCallbacksRunWithTheNegativeStatusOfAFailedCommand) {
 
   // A write gated on a user event that fails, and a read of the same bytes
   // on the other device, which the engine orders after the write.
-  Event gate(clCreateUserEvent(set.ctx.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  cl_event g = gate.get();
-  cl_event w = nullptr, r = nullptr;
-  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, data.size(), data.data(), 1, &g, &w),
-            CL_SUCCESS);
-  Event write(w);
-  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, kBytes, out.data(), 0, nullptr, &r),
-            CL_SUCCESS);
-  Event read(r);
-  Seen write_seen, read_seen;
-  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &write_seen), CL_SUCCESS);
-  ASSERT_EQ(clSetEventCallback(r, CL_COMPLETE, record, &read_seen), CL_SUCCESS);
-  ASSERT_EQ(clSetUserEventStatus(g, -5), CL_SUCCESS);
+  CancelledWrite c;
+  ASSERT_NO_FATAL_FAILURE(cancel_a_write(set, b.get(), 0, data.size(), data.data(), kBytes, out.data(), c));
+  cl_event w = c.write.get(), r = c.read.get();
+  const Seen& write_seen = c.write_seen;
+  const Seen& read_seen = c.read_seen;
 
   ASSERT_TRUE(called({&write_seen, &read_seen})) << "a failed command's CL_COMPLETE callback never ran (write: "
                                                  << write_seen.calls << " calls, read: " << read_seen.calls << ")";
@@ -116,24 +144,12 @@ TEST(PoclFailure, ACancelledWriteLeavesThePreviousContent) {
   ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, 64, out.data(), 0, nullptr, nullptr),
             CL_SUCCESS);  // the content is on device 0 now too
 
-  Event gate(clCreateUserEvent(set.ctx.get(), &err));
-  ASSERT_EQ(err, CL_SUCCESS);
-  cl_event g = gate.get(), w = nullptr, r = nullptr;
-  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 4096, data.size() * sizeof(cl_int),
-                                 data.data(), 1, &g, &w),
-            CL_SUCCESS);
-  Event write(w);
-  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, kInts * sizeof(cl_int), out.data(), 0,
-                                nullptr, &r),
-            CL_SUCCESS);
-  Event read(r);
-  Seen write_seen, read_seen;
-  ASSERT_EQ(clSetEventCallback(w, CL_COMPLETE, record, &write_seen), CL_SUCCESS);
-  ASSERT_EQ(clSetEventCallback(r, CL_COMPLETE, record, &read_seen), CL_SUCCESS);
-  ASSERT_EQ(clSetUserEventStatus(g, -5), CL_SUCCESS);
-  ASSERT_TRUE(called({&write_seen, &read_seen})) << "the failed commands never ended";
-  EXPECT_LT(write_seen.status.load(), 0);
-  EXPECT_LT(read_seen.status.load(), 0);
+  CancelledWrite c;
+  ASSERT_NO_FATAL_FAILURE(cancel_a_write(set, b.get(), 4096, data.size() * sizeof(cl_int), data.data(),
+                                         kInts * sizeof(cl_int), out.data(), c));
+  ASSERT_TRUE(called({&c.write_seen, &c.read_seen})) << "the failed commands never ended";
+  EXPECT_LT(c.write_seen.status.load(), 0);
+  EXPECT_LT(c.read_seen.status.load(), 0);
 
   for (std::size_t q = 0; q < 2; ++q) {
     std::fill(out.begin(), out.end(), 0);
@@ -141,17 +157,6 @@ TEST(PoclFailure, ACancelledWriteLeavesThePreviousContent) {
                                   nullptr, nullptr),
               CL_SUCCESS);
     EXPECT_EQ(std::count(out.begin(), out.end(), 7), static_cast<long>(kInts)) << "read on device " << q;
-  }
-}
-
-// True once `e` has ended, false after 20 s.
-bool ends(cl_event e, cl_int& status) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    if (clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) != CL_SUCCESS) return false;
-    if (status <= CL_COMPLETE) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

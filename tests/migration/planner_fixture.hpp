@@ -1,0 +1,74 @@
+// The fixture of the planner's case tests (range_versions_test.cpp,
+// range_versions_failure_test.cpp): one RangeVersions over events that are
+// small integers dressed as pointers, their references counted (and checked
+// balanced at the end), their status whatever the test sets (running until
+// then).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "memlayer/migration/range_versions.hpp"
+
+namespace memlayer::migration::testing {
+
+inline Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
+
+class PlannerTest : public ::testing::Test {
+ protected:
+  struct Events {
+    std::map<Event, int> refs;
+    std::map<Event, EventStatus> status;  // absent: running
+  };
+
+  PlannerTest() {
+    ops_.context = &events_;
+    ops_.retain = [](void* c, Event e) { ++static_cast<Events*>(c)->refs[e]; };
+    ops_.release = [](void* c, Event e) { --static_cast<Events*>(c)->refs[e]; };
+    ops_.status = [](void* c, Event e) {
+      const auto& st = static_cast<Events*>(c)->status;
+      auto it = st.find(e);
+      return static_cast<int>(it == st.end() ? EventStatus::running : it->second);
+    };
+  }
+  ~PlannerTest() override {
+    buffer_.reset();
+    for (auto& [e, n] : events_.refs) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
+  }
+
+  RangeVersions& make(std::uint64_t size, LocationSet valid = LocationSet::of(kHost)) {
+    buffer_.emplace(size, valid, ops_);
+    return *buffer_;
+  }
+  Plan plan(std::vector<Use> uses, Location at) {
+    Plan p;
+    buffer_->plan(uses, at, cost_, p);
+    return p;
+  }
+  // plan + commit with fresh copy events numbered from next_copy_.
+  Plan run(std::vector<Use> uses, Location at, Event command) {
+    Plan p = plan(uses, at);
+    std::vector<Event> copy_events;
+    for (std::size_t i = 0; i < p.copies.size(); ++i) copy_events.push_back(ev(next_copy_++));
+    buffer_->commit(p, copy_events, uses, at, command);
+    return p;
+  }
+  void set(Event e, EventStatus s) { events_.status[e] = s; }
+
+  static bool waits_for(const std::vector<Event>& list, Event e) {
+    return std::find(list.begin(), list.end(), e) != list.end();
+  }
+
+  Events events_;
+  EventOps ops_;
+  LinkCostModel cost_;
+  std::optional<RangeVersions> buffer_;
+  int next_copy_ = 1000;
+};
+
+}  // namespace memlayer::migration::testing
