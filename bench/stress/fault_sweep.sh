@@ -23,9 +23,9 @@ configs=(
 )
 
 num() { sed -n "s/.*$1.*/\\1/p" <<<"$2" | head -1; }
-echo "| configuration | flags | faults injected | retried | failed commands | reads checked | bytes checked | bytes lost | mismatches |"
-echo "|---|---|---|---|---|---|---|---|---|"
-total_cmd=0 total_fail=0 total_reads=0 total_bytes=0 total_lost=0 total_inj=0 total_mis=0
+echo "| configuration | flags | faults injected | retried | re-sourced | failed commands | reads checked | bytes checked | bytes lost | mismatches |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+total_cmd=0 total_fail=0 total_reads=0 total_bytes=0 total_lost=0 total_inj=0 total_mis=0 total_res=0
 for c in "${configs[@]}"; do
   name=${c%%|*} flags=${c#*|}
   # shellcheck disable=SC2086
@@ -36,10 +36,11 @@ for c in "${configs[@]}"; do
   failed=$(num ' \([0-9]*\) failed commands' "$out")
   inj=$(num 'faults: \([0-9]*\) transfers' "$out")
   retried=$(num ' \([0-9]*\) tried again' "$out")
+  resourced=$(num ' \([0-9]*\) copies re-sourced' "$out")
   lost=$(num ' \([0-9]*\) bytes lost' "$out")
-  echo "| $name | \`$flags\` | $inj | $retried | $failed | $reads | $bytes | $lost | $mis |"
+  echo "| $name | \`$flags\` | $inj | $retried | $resourced | $failed | $reads | $bytes | $lost | $mis |"
   total_cmd=$((total_cmd + commands)) total_fail=$((total_fail + failed)) total_reads=$((total_reads + reads))
   total_bytes=$((total_bytes + bytes)) total_lost=$((total_lost + lost)) total_inj=$((total_inj + inj))
-  total_mis=$((total_mis + mis))
+  total_mis=$((total_mis + mis)) total_res=$((total_res + resourced))
 done
-echo "| **all: $total_cmd commands** | | $total_inj | | $total_fail | $total_reads | $total_bytes | $total_lost | $total_mis |"
+echo "| **all: $total_cmd commands** | | $total_inj | | $total_res | $total_fail | $total_reads | $total_bytes | $total_lost | $total_mis |"

@@ -56,6 +56,7 @@ struct Options {
   std::uint64_t seed = 1;
   std::uint64_t memory = 512 << 10;  // per device: small, so eviction happens
   double faults = 0.0;
+  std::uint64_t fault_burst = 1;
   bool peer = true;
   bool out_of_order = true;
   bool quiet = false;
@@ -69,6 +70,8 @@ const char* kUsage = R"(usage: memlayer-stress [options]
   --seed S         random seed (default 1)
   --memory BYTES   device memory each, suffix K or M (default 512K)
   --faults P       fail each transfer with probability P (default 0)
+  --fault-burst N  a failed transfer fails its device's next N-1 too (default 1);
+                   from 3 on, retrying the source alone does not get through
   --no-peer        no direct device-to-device links (everything via the host)
   --in-order       in-order queues only
   --quiet          no progress bar
@@ -680,6 +683,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") value(opt.seed);
     else if (a == "--memory") value(opt.memory);
     else if (a == "--faults" && i + 1 < argc) opt.faults = std::atof(argv[++i]);
+    else if (a == "--fault-burst") value(opt.fault_burst);
     else if (a == "--no-peer") opt.peer = false;
     else if (a == "--in-order") opt.out_of_order = false;
     else if (a == "--quiet") opt.quiet = true;
@@ -689,9 +693,9 @@ int main(int argc, char** argv) {
     }
   }
   if (opt.devices == 0 || opt.devices > 62 || opt.threads == 0 || opt.buffers < opt.threads || opt.faults < 0 ||
-      opt.faults > 1 || opt.memory < 64 * 1024) {
+      opt.faults > 1 || opt.fault_burst == 0 || opt.memory < 64 * 1024) {
     std::fprintf(stderr, "memlayer-stress: need 1-62 devices, threads >= 1, buffers >= threads, faults in [0, 1], "
-                         "memory >= 64K\n");
+                         "a fault burst >= 1, memory >= 64K\n");
     return 2;
   }
 
@@ -699,6 +703,7 @@ int main(int argc, char** argv) {
   so.memory_size = opt.memory;
   so.worker_threads = 2;
   so.transfer_failure_probability = opt.faults;
+  so.fault_burst = opt.fault_burst;
   so.fault_seed = opt.seed;
   if (opt.peer) so.peer_link = LinkCost{2e-6, 40e9};
   std::vector<std::unique_ptr<drivers::SimDevice>> sims;
@@ -777,8 +782,9 @@ int main(int argc, char** argv) {
     std::uint64_t injected = 0;
     for (const auto* sim : sim_view) injected += sim->faults_injected();
     std::printf("  faults: %" PRIu64 " transfers failed on purpose, %" PRIu64 " tried again, %" PRIu64
-                " bytes lost, %" PRIu64 " reads not checked (a failure before them voided the model)\n",
-                injected, st.transfer_retries, st.bytes_lost, s.dropped_reads.load());
+                " copies re-sourced, %" PRIu64 " bytes lost, %" PRIu64
+                " reads not checked (a failure before them voided the model)\n",
+                injected, st.transfer_retries, st.copies_resourced, st.bytes_lost, s.dropped_reads.load());
   }
   const double ratio = s.min_bytes ? static_cast<double>(st.bytes_migrated) / static_cast<double>(s.min_bytes) : 0.0;
   std::printf("  migrated %" PRIu64 " bytes = %.2fx the minimum necessary (%" PRIu64 "); copies: %" PRIu64

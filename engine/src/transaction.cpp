@@ -330,8 +330,12 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
   for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
   const std::size_t dep_count = s_.deps.size() - first_dep;
+  s_.also.clear();
+  c.also.for_each([&](Location l) {
+    if (const Storage& st = b.storage(l); st.allocated) s_.also.push_back(CopySource{l, st.handle});
+  });
   CopyRequest req{b.cookie(), write_back, c.src, c.dst, b.storage(c.src).handle, b.storage(c.dst).handle,
-                  c.offset, c.size, std::span(s_.deps).subspan(first_dep, dep_count)};
+                  c.offset, c.size, std::span(s_.deps).subspan(first_dep, dep_count), s_.also};
   CopyHandle h = host_.create_copy(req);
   if (h.completed || h.event == nullptr) {
     for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);
@@ -361,6 +365,9 @@ void Transaction::commit_all() {
       add_wait(events[c]);
       b.add_user(b.storage(plan.copies[c].src), events[c]);
       b.add_user(b.storage(plan.copies[c].dst), events[c]);
+      plan.copies[c].also.for_each([&](Location l) {  // it may read there instead
+        if (Storage& st = b.storage(l); st.allocated) b.add_user(st, events[c]);
+      });
     }
     Storage& st = b.storage(at_);
     std::erase_if(st.fences, [&](Event f) {

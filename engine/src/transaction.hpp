@@ -45,6 +45,7 @@ struct EnqueueScratch {
   std::vector<Event> copy_events;
   std::vector<Pending> pending;
   std::vector<Event> deps;
+  std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
   std::vector<Event> after;       // scratch for Host::free
   std::vector<Event> room_after;  // a device_busy failure's events, retained

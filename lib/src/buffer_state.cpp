@@ -16,6 +16,7 @@ bool has_host_content(std::uint32_t flags) { return (flags & (mem::kUseHostPtr |
 BufferState::BufferState(std::shared_ptr<ContextState> context, std::uint64_t size, std::uint32_t flags,
                          void* user_host_ptr)
     : context_(std::move(context)),
+      id_(context_->next_buffer_id.fetch_add(1, std::memory_order_relaxed)),
       size_(size),
       flags_(flags),
       device_blocks_(context_->by_location.size()),
@@ -40,3 +41,7 @@ std::byte* BufferState::host() {
 }
 
 }  // namespace memlayer::runtime::detail
+
+namespace memlayer::runtime {
+std::uint64_t Buffer::id() const noexcept { return parent_ != nullptr ? parent_->id() : 0; }
+}  // namespace memlayer::runtime

@@ -25,6 +25,8 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   BufferState& operator=(const BufferState&) = delete;
 
   ContextState& context() { return *context_; }
+  /// Names the buffer in messages (Buffer::id()).
+  std::uint64_t id() const { return id_; }
   std::uint64_t size() const { return size_; }
   std::uint32_t flags() const { return flags_; }
 
@@ -42,6 +44,7 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   struct FreeDeleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
+  std::uint64_t id_;
   std::uint64_t size_;
   std::uint32_t flags_;
   std::byte* host_ = nullptr;  // the user's memory (USE_HOST_PTR) or owned_

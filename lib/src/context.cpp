@@ -138,6 +138,7 @@ ContextStats Context::stats() const {
   s.evictions = e.evictions;
   s.write_backs = e.write_backs;
   s.transfer_retries = state_->transfer_retries.load();
+  s.copies_resourced = state_->copies_resourced.load();
   s.bytes_lost = e.bytes_lost;
   for (const auto& dev : state_->devices) {
     std::lock_guard mem(dev->memory_mutex);

@@ -70,6 +70,8 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   EngineHost engine_host{*this};
   engine::Engine engine{engine_host};
   std::atomic<std::uint64_t> transfer_retries{0};  // ContextStats::transfer_retries
+  std::atomic<std::uint64_t> copies_resourced{0};  // ContextStats::copies_resourced
+  std::atomic<std::uint64_t> next_buffer_id{1};    // Buffer::id()
 
   /// The one enqueue path: the engine places, plans and copies; this adds
   /// the queue's order and starts the command. All or nothing.

@@ -18,43 +18,50 @@ EventState* state(engine::Event e) { return static_cast<EventState*>(e); }
 
 std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(h)); }
 
-// A hidden migration's transfer is tried this many times before its copy
-// fails: a failed copy fails the command that needed it and, through the
-// planner's ordering, every later command on those bytes (doc/runtime.md,
-// failures), while a transfer's fault is often transient. A transfer writes
-// its whole destination range, so trying again is harmless.
+// A hidden migration's transfer is tried this many times from each source
+// before the next is tried: a fault is often transient, and a transfer
+// writes its whole destination range, so trying again is harmless.
 constexpr int kTransferAttempts = 3;
 
-template <class Transfer>
-std::function<Status()> retried(ContextState& ctx, Transfer transfer) {
-  return [&ctx, transfer] {
-    Status s = transfer();
-    for (int attempt = 1; attempt < kTransferAttempts && !s.ok(); ++attempt) {
-      ctx.transfer_retries.fetch_add(1, std::memory_order_relaxed);
-      s = transfer();
-    }
-    return s;
-  };
+std::string location_name(const ContextState& ctx, engine::Location l) {
+  return l == kHost ? std::string("the host") : ctx.by_location[l]->info().name;
 }
 
-// A copy's work: which driver moves the bytes, and how.
-std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r) {
-  const std::uint64_t n = r.size;
-  if (r.src == kHost) {
-    DeviceState* dst = ctx.by_location[r.dst];
-    const DeviceAddress to = r.dst_storage + r.offset;
-    const std::byte* from = host_bytes(r.src_storage) + r.offset;
-    return retried(ctx, [dst, to, from, n] { return dst->driver().write(to, from, n); });
-  }
-  DeviceState* src = ctx.by_location[r.src];
-  const DeviceAddress from = r.src_storage + r.offset;
-  if (r.dst == kHost) {
-    std::byte* to = host_bytes(r.dst_storage) + r.offset;
-    return retried(ctx, [src, from, to, n] { return src->driver().read(from, to, n); });
-  }
-  DeviceState* dst = ctx.by_location[r.dst];
-  const DeviceAddress to = r.dst_storage + r.offset;
-  return retried(ctx, [src, dst, from, to, n] { return dst->driver().copy_from_peer(src->driver(), from, to, n); });
+// One transfer of bytes [offset, offset + n) of a buffer from storage
+// `from` at `src` to storage `to` at `dst`, by whichever driver moves them.
+Status transfer(const ContextState& ctx, engine::Location src, engine::StorageHandle from, engine::Location dst,
+                engine::StorageHandle to, std::uint64_t offset, std::uint64_t n) {
+  if (src == kHost) return ctx.by_location[dst]->driver().write(to + offset, host_bytes(from) + offset, n);
+  DeviceState& source = *ctx.by_location[src];
+  if (dst == kHost) return source.driver().read(from + offset, host_bytes(to) + offset, n);
+  return ctx.by_location[dst]->driver().copy_from_peer(source.driver(), from + offset, to + offset, n);
+}
+
+// A copy's work (doc/runtime.md, failures): the transfer from its source,
+// tried kTransferAttempts times; then from each other complete copy of the
+// bytes the planner named (CopyRequest::also), as often; the error of the
+// last try, naming the buffer and the range, when none succeeds.
+std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t buffer_id) {
+  std::vector<engine::CopySource> sources{{r.src, r.src_storage}};
+  sources.insert(sources.end(), r.also.begin(), r.also.end());
+  return [&ctx, sources = std::move(sources), dst = r.dst, to = r.dst_storage, offset = r.offset, n = r.size,
+          buffer_id] {
+    Status s;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      for (int attempt = 0; attempt < kTransferAttempts; ++attempt) {
+        if (i > 0 || attempt > 0) ctx.transfer_retries.fetch_add(1, std::memory_order_relaxed);
+        s = transfer(ctx, sources[i].at, sources[i].storage, dst, to, offset, n);
+        if (!s.ok()) continue;
+        if (i > 0) ctx.copies_resourced.fetch_add(1, std::memory_order_relaxed);
+        return s;
+      }
+    }
+    s.message = "buffer " + std::to_string(buffer_id) + ", bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset + n) + "): no copy could be moved to " + location_name(ctx, dst) + " (" +
+                std::to_string(sources.size()) + (sources.size() == 1 ? " source" : " sources") + ", " +
+                std::to_string(kTransferAttempts) + " tries each); the last error: " + s.message;
+    return s;
+  };
 }
 
 }  // namespace
@@ -139,7 +146,7 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
   if (!buffer) return {};
   try {
     const engine::Location runner = r.src == kHost ? r.dst : (r.dst == kHost ? r.src : r.dst);
-    auto node = make_node(context_.by_location[runner], copy_work(context_, r));
+    auto node = make_node(context_.by_location[runner], copy_work(context_, r, buffer->id()));
     node->keep_alive.push_back(std::move(buffer));
     engine::CopyHandle h;
     h.event = node->event.get();

@@ -133,9 +133,9 @@ void ml_plan_destroy(ml_plan* plan) { std::unique_ptr<ml_plan> owned(plan); }
 size_t ml_plan_copy_count(const ml_plan* plan) { return plan == nullptr ? 0 : plan->plan.copies.size(); }
 
 ml_copy ml_plan_copy(const ml_plan* plan, size_t i) {
-  if (plan == nullptr || i >= plan->plan.copies.size()) return ml_copy{0, 0, 0, 0, -1, nullptr, 0};
+  if (plan == nullptr || i >= plan->plan.copies.size()) return ml_copy{0, 0, 0, 0, -1, nullptr, 0, 0};
   const Copy& c = plan->plan.copies[i];
-  return ml_copy{c.src, c.dst, c.offset, c.size, c.after, c.wait.data(), c.wait.size()};
+  return ml_copy{c.src, c.dst, c.offset, c.size, c.after, c.wait.data(), c.wait.size(), c.also.bits()};
 }
 
 size_t ml_plan_wait_count(const ml_plan* plan) { return plan == nullptr ? 0 : plan->plan.wait.size(); }

@@ -351,6 +351,17 @@ void RangeVersions::prune(Span& s) {
   }
 }
 
+// Copy::also for a copy of span `s` (`bytes` of it) from `src` to `to`.
+LocationSet RangeVersions::also_sources(const Span& s, Location src, Location to, std::uint64_t bytes,
+                                        const CostModel& cost) const {
+  LocationSet also;
+  for (const Holder& h : s.holders) {
+    if (h.where == src || h.where == to) continue;
+    if (ops_.state(h.ready) == EventStatus::completed && cost.cost(h.where, to, bytes)) also.insert(h.where);
+  }
+  return also;
+}
+
 void RangeVersions::plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                                const CostModel& cost, Plan& out) const {
   for (auto it = first; it != spans_.end() && it->first < end; ++it) {
@@ -385,6 +396,7 @@ void RangeVersions::plan_fetch(SpanMap::const_iterator first, std::uint64_t begi
       if (last.after < 0 && last.src == src->where && last.dst == at && last.offset + last.size == x) {
         last.size += n;
         add_unique(last.wait, src->ready);
+        last.also = last.also & also_sources(s, src->where, at, n, cost);
         continue;
       }
     }
@@ -395,16 +407,19 @@ void RangeVersions::plan_fetch(SpanMap::const_iterator first, std::uint64_t begi
           up.offset + up.size == x) {
         up.size += n, down.size += n;
         add_unique(up.wait, src->ready);
+        up.also = up.also & also_sources(s, src->where, kHost, n, cost);
+        down.also = down.also & also_sources(s, kHost, at, n, cost);
         continue;
       }
     }
     if (staged) {
-      Copy up{src->where, kHost, x, n, {}, -1};
+      Copy up{src->where, kHost, x, n, {}, -1, also_sources(s, src->where, kHost, n, cost)};
       add_unique(up.wait, src->ready);
       copies.push_back(std::move(up));
-      copies.push_back(Copy{kHost, at, x, n, {}, static_cast<int>(copies.size() - 1)});
+      copies.push_back(
+          Copy{kHost, at, x, n, {}, static_cast<int>(copies.size() - 1), also_sources(s, kHost, at, n, cost)});
     } else {
-      Copy c{src->where, at, x, n, {}, -1};
+      Copy c{src->where, at, x, n, {}, -1, also_sources(s, src->where, at, n, cost)};
       add_unique(c.wait, src->ready);
       copies.push_back(std::move(c));
     }
@@ -555,7 +570,7 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
       out.copies.back().size += n;
       add_unique(out.copies.back().wait, h->ready);
     } else {
-      Copy c{at, kHost, x, n, {}, -1};
+      Copy c{at, kHost, x, n, {}, -1, {}};  // nothing else holds it complete: no other source
       add_unique(c.wait, h->ready);
       out.copies.push_back(std::move(c));
     }

@@ -173,6 +173,36 @@ TEST(SimDevice, TransferFailuresFollowTheProbabilityAndTheSeed) {
   EXPECT_LT(n, 500);
 }
 
+// A fault lasts fault_burst transfers of its device; a peer copy is a
+// transfer of both devices, and fails where either is down.
+TEST(SimDevice, AFaultBurstFailsTheNextTransfersAtBothEndsOfAPeerCopy) {
+  SimOptions o;
+  o.peer_link = runtime::LinkCost{1e-6, 50e9};
+  o.fail_transfer_number = 2;
+  o.fault_burst = 3;
+  auto d = make(2, o);
+  std::byte b{};
+  const auto base0 = d[0]->memory_base(), base1 = d[1]->memory_base();
+  EXPECT_TRUE(d[0]->write(base0, &b, 1).ok());                            // device 0's 1
+  EXPECT_FALSE(d[1]->copy_from_peer(*d[0], base0, base1, 1).ok());        // 0's 2: the fault
+  const auto third = d[1]->copy_from_peer(*d[0], base0, base1, 1);        // 0's 3: the burst
+  EXPECT_NE(third.message.find("sim0: peer copy out failed (injected: in a burst of 3)"), std::string::npos)
+      << third.message;
+  EXPECT_FALSE(d[0]->read(base0, &b, 1).ok());                             // 0's 4: the burst's end
+  EXPECT_TRUE(d[1]->copy_from_peer(*d[0], base0, base1, 1).ok());         // 0's 5, 1's 1
+  const auto in = d[1]->copy_from_peer(*d[0], base0, base1, 1);           // 0's 6, 1's 2: device 1's fault
+  EXPECT_NE(in.message.find("sim1: peer copy in failed"), std::string::npos) << in.message;
+  EXPECT_EQ(d[0]->faults_injected(), 3u);
+  EXPECT_EQ(d[1]->faults_injected(), 1u);
+
+  o.fault_burst = 0;
+  std::vector<std::unique_ptr<SimDevice>> none;
+  const auto bad = SimDevice::create(1, o, none);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message.find("fault_burst"), std::string::npos) << bad.message;
+  EXPECT_TRUE(none.empty());
+}
+
 TEST(SimDevice, LinkModelMakesTransfersTakeTheirTime) {
   SimOptions o;
   o.model_link_time = true;

@@ -36,6 +36,7 @@ struct Task {
   Kind kind = Kind::command;
   std::function<void()> work;  // empty for commands a test runs itself, and fences
   std::function<void()> half_work;  // a failure half-way: what it writes before it fails
+  std::function<void()> other_work;  // a copy from one of CopyRequest::also instead
   std::vector<Task*> deps;
   bool submitted = false, discarded = false, done = false;
   EventStatus outcome = EventStatus::running;  // once done
@@ -49,8 +50,12 @@ struct Task {
 /// its half_work, else all of its work). A task whose dependency failed fails
 /// too, without running (engine/host.hpp requires it); fences free storage
 /// whatever their dependencies did.
+/// `resource`: a copy that names other sources (CopyRequest::also) reads
+/// from one of them, picked at random, instead of its own (as a host whose
+/// transfer from the source keeps failing does); what it reads must be the
+/// same bytes.
 struct Faults {
-  double cancel = 0, fail = 0;
+  double cancel = 0, fail = 0, resource = 0;
 };
 
 /// A buffer's host-side object (the cookie).
@@ -160,6 +165,13 @@ class ByteHost final : public Host {
     t.kind = Task::Kind::copy;
     t.work = [from, to, n] { std::memmove(to, from, n); };
     t.half_work = [from, to, n] { std::memmove(to, from, n / 2); };
+    if (!r.also.empty()) {
+      const CopySource& other = r.also[rng_() % r.also.size()];
+      EXPECT_NE(other.at, r.src);
+      EXPECT_NE(other.at, r.dst);
+      const std::uint8_t* alt = bytes(other.at, other.storage) + r.offset;
+      t.other_work = [alt, to, n] { std::memmove(to, alt, n); };
+    }
     ++copies_created;
     moved += n;
     CopyHandle h;
@@ -272,6 +284,7 @@ class ByteHost final : public Host {
   int failed_waits = 0;  // waits the engine named on events that had failed already
   int injected = 0;      // faults injected
   int cancelled_by_deps = 0;
+  int resourced = 0;  // copies made from another source (Faults::resource)
   std::uint64_t moved = 0;
   int live_storage = 0;
 
@@ -315,6 +328,9 @@ class ByteHost final : public Host {
       else if (t->work) t->work();
       t->outcome = EventStatus::failed;
       ++injected;
+    } else if (t->other_work && std::uniform_real_distribution<double>(0, 1)(rng_) < faults.resource) {
+      t->other_work();
+      ++resourced;
     } else if (t->work) {
       t->work();
     }

@@ -126,7 +126,8 @@ struct Config {
 // gtest prints a parameter it cannot name as raw bytes (padding included).
 void PrintTo(const Config& c, std::ostream* os) {
   *os << "seed " << c.seed << ", " << c.devices << " devices" << (c.direct_links ? ", direct links" : "")
-      << (c.defer_frees ? ", deferred frees" : "") << (c.faults.cancel + c.faults.fail > 0 ? ", faults" : "");
+      << (c.defer_frees ? ", deferred frees" : "") << (c.faults.cancel + c.faults.fail > 0 ? ", faults" : "")
+      << (c.faults.resource > 0 ? ", re-sourced copies" : "");
 }
 
 class EngineModel : public ::testing::TestWithParam<Config> {};
@@ -327,6 +328,10 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
       EXPECT_EQ(st.bytes_lost, 0u) << "nothing fails half-way and nothing is evicted: nothing may be lost";
     }
   }
+  if (cfg.faults.resource > 0) {
+    EXPECT_GT(host.resourced, 50) << "too few copies named another source to test them";
+    std::printf("%d copies made from another source\n", host.resourced);
+  }
   EXPECT_EQ(host.outstanding_refs(), 0) << "event references the engine never dropped";
   EXPECT_EQ(host.live_storage, 0) << "device storage never given back";
 }
@@ -342,13 +347,18 @@ INSTANTIATE_TEST_SUITE_P(Configs, EngineModel,
                                            Config{12, 1, false, false, {0.05, 0.0}},
                                            // room for everything: a cancellation loses nothing
                                            Config{13, 3, true, false, {0.05, 0.0}, 64 << 10},
-                                           Config{14, 2, false, false, {0.05, 0.0}, 64 << 10}),
+                                           Config{14, 2, false, false, {0.05, 0.0}, 64 << 10},
+                                           // copies read from another source the engine named
+                                           Config{15, 3, true, false, {0.0, 0.0, 0.5}},
+                                           Config{16, 4, true, true, {0.0, 0.0, 0.5}},
+                                           Config{17, 2, true, false, {0.0, 0.0, 0.5}, 64 << 10},
+                                           Config{18, 4, true, false, {0.02, 0.02, 0.3}}),
                          [](const ::testing::TestParamInfo<Config>& p) {
                            const Config& c = p.param;
                            return "seed" + std::to_string(c.seed) + "_dev" + std::to_string(c.devices) +
                                   (c.direct_links ? "_d2d" : "") + (c.defer_frees ? "_deferred" : "") +
                                   (c.faults.cancel + c.faults.fail > 0 ? "_faults" : "") +
-                                  (c.device_bytes >= (16 << 10) ? "_roomy" : "");
+                                  (c.faults.resource > 0 ? "_resourced" : "") + (c.device_bytes >= (16 << 10) ? "_roomy" : "");
                          });
 
 }  // namespace

@@ -187,3 +187,37 @@ TEST_F(Failures, ACompletedWriterReusesTheUndoStateAndDropsItsReferences) {
   for (auto& [e, n] : events_.refs) held += n;
   EXPECT_LE(held, 8) << "finished writers' undo states must not pile up";
 }
+
+// A copy names the other complete copies of its bytes with a path to its
+// destination, which a runtime may read instead when its source fails
+// (Copy::also); a copy still in flight is not one of them.
+TEST_F(Failures, ACopyNamesTheOtherCompleteCopiesItCouldReadInstead) {
+  cost_.set_direct(1, 3, {1e-6, 100e9});
+  make(4096);
+  run({{0, 4096, Access::read}}, 1, ev(1));  // host -> 1: copy 1000
+  Plan to2 = run({{0, 4096, Access::read}}, 2, ev(2));
+  ASSERT_EQ(to2.copies.size(), 1u);
+  EXPECT_EQ(to2.copies[0].src, 1u) << "the direct link is the cheapest";
+  EXPECT_EQ(to2.copies[0].also, LocationSet::of(kHost)) << "device 1's own copy is the source, not an alternative";
+
+  Plan to3 = plan({{0, 4096, Access::read}}, 3);
+  ASSERT_EQ(to3.copies.size(), 1u);
+  EXPECT_EQ(to3.copies[0].src, 1u);
+  EXPECT_EQ(to3.copies[0].also, LocationSet::of(kHost)) << "device 2 has no path to 3";
+  cost_.set_direct(2, 3, {1e-6, 100e9});
+  EXPECT_EQ(plan({{0, 4096, Access::read}}, 3).copies[0].also, LocationSet::of(kHost))
+      << "device 2's copy (1001) is still in flight";
+  set(ev(1001), EventStatus::completed);
+  LocationSet both = LocationSet::of(kHost);
+  both.insert(2);
+  EXPECT_EQ(plan({{0, 4096, Access::read}}, 3).copies[0].also, both);
+
+  // A copy over two spans names only what holds both.
+  run({{0, 1024, Access::overwrite}}, 2, ev(3));
+  set(ev(3), EventStatus::completed);
+  Plan mixed = plan({{0, 4096, Access::read}}, 3);
+  ASSERT_EQ(mixed.copies.size(), 2u) << "the new bytes from 2, the rest from 1";
+  EXPECT_EQ(mixed.copies[0].src, 2u);
+  EXPECT_TRUE(mixed.copies[0].also.empty()) << "only device 2 holds the new bytes";
+  EXPECT_EQ(mixed.copies[1].also, both);
+}

@@ -30,6 +30,14 @@ struct Rig {
   std::vector<std::shared_ptr<Queue>> queues;
 };
 
+Rig rig_of(std::vector<std::unique_ptr<DeviceDriver>> drivers) {
+  auto made = Context::create(std::move(drivers));
+  EXPECT_TRUE(made.ok()) << made.error().message;
+  Rig rig{made.value(), {}};
+  for (std::size_t i = 0; i < rig.ctx->device_count(); ++i) rig.queues.push_back(rig.ctx->create_queue(i).value());
+  return rig;
+}
+
 Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host = false) {
   if (options.memory_size == drivers::SimOptions{}.memory_size) options.memory_size = 8 << 20;
   std::vector<std::unique_ptr<drivers::SimDevice>> sims;
@@ -40,11 +48,20 @@ Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host 
   std::vector<std::unique_ptr<DeviceDriver>> drivers;
   for (auto& d : sims) drivers.push_back(std::move(d));
   if (with_host) drivers.push_back(std::make_unique<drivers::HostDevice>());
-  auto made = Context::create(std::move(drivers));
-  EXPECT_TRUE(made.ok()) << made.error().message;
-  Rig rig{made.value(), {}};
-  for (std::size_t i = 0; i < rig.ctx->device_count(); ++i) rig.queues.push_back(rig.ctx->create_queue(i).value());
-  return rig;
+  return rig_of(std::move(drivers));
+}
+
+// One sim device per element of `each`, each with its own options.
+Rig make_rig_each(std::vector<drivers::SimOptions> each) {
+  std::vector<std::unique_ptr<DeviceDriver>> drivers;
+  for (drivers::SimOptions& o : each) {
+    o.memory_size = 8 << 20;
+    std::vector<std::unique_ptr<drivers::SimDevice>> one;
+    const Status s = drivers::SimDevice::create(1, o, one);
+    EXPECT_TRUE(s.ok()) << s.message;
+    for (auto& d : one) drivers.push_back(std::move(d));
+  }
+  return rig_of(std::move(drivers));
 }
 
 Buffer buffer(Context& ctx, std::uint64_t size, std::uint32_t flags = mem::kReadWrite, void* host = nullptr) {
@@ -405,6 +422,67 @@ TEST(Runtime, AHiddenMigrationWhoseTransferFailsOnceIsTriedAgain) {
   Event w = direct.queues[0]->enqueue_write(c, 0, 64, bytes.data(), false).value();
   EXPECT_EQ(w.wait(), cl::kOutOfResources) << "a user's write is not retried";
   EXPECT_NE(w.error_message().find("transfer number 1"), std::string::npos) << w.error_message();
+}
+
+// A kernel that fails unless its first argument holds `expected`.
+KernelFunction expect_bytes(std::vector<std::uint8_t> expected) {
+  return [expected = std::move(expected)](std::span<void* const> p) {
+    if (std::memcmp(p[0], expected.data(), expected.size()) == 0) return Status{};
+    return Status::error(cl::kInvalidValue, "the kernel saw other bytes");
+  };
+}
+
+// A source whose transfers keep failing (a burst longer than the retries)
+// is replaced by another complete copy of the bytes: the host's here.
+TEST(Runtime, AHiddenMigrationWhoseSourceKeepsFailingIsMadeFromAnotherCopy) {
+  drivers::SimOptions o;
+  o.peer_link = migration::LinkCost{1e-6, 100e9};  // cheaper than the host's: device 0 is the source
+  o.fail_transfer_number = 2;                       // device 0's second transfer, the peer copy out...
+  o.fault_burst = 3;                                // ...and its two retries
+  Rig rig = make_rig(2, o);
+  auto data = pattern(4096, 5);
+  Buffer b = buffer(*rig.ctx, data.size(), mem::kReadWrite | mem::kCopyHostPtr, data.data());
+  ASSERT_EQ(rig.queues[0]->enqueue_kernel(expect_bytes(data), std::vector<KernelArg>{{b, Access::read}})
+                .value()
+                .wait(),
+            cl::kComplete);  // imported to device 0 (its transfer 1): now there and at the host
+  Event k = rig.queues[1]->enqueue_kernel(expect_bytes(data), std::vector<KernelArg>{{b, Access::read}}).value();
+  EXPECT_EQ(k.wait(), cl::kComplete) << k.error_message();
+  const ContextStats st = rig.ctx->stats();
+  EXPECT_EQ(st.copies_resourced, 1u);
+  EXPECT_EQ(st.transfer_retries, 3u) << "two more tries from device 0, one from the host";
+}
+
+// With no other copy to read, the command that needed the bytes fails,
+// naming the buffer and the range; the bytes stay where they are, and the
+// buffer serves the next command once the source works again.
+TEST(Runtime, AHiddenMigrationWithNoOtherSourceFailsNamingTheBufferAndTheRange) {
+  drivers::SimOptions o;
+  o.peer_link = migration::LinkCost{1e-6, 100e9};
+  drivers::SimOptions faulty = o;
+  faulty.fail_transfer_number = 1;  // device 0's first transfer, the peer copy out, and its two retries
+  faulty.fault_burst = 3;
+  Rig rig = make_rig_each({faulty, o});
+  Buffer b = buffer(*rig.ctx, 4096);
+  const auto data = pattern(4096, 6);
+  auto fill = [&data](std::span<void* const> p) {
+    std::memcpy(p[0], data.data(), data.size());
+    return Status{};
+  };
+  ASSERT_EQ(rig.queues[0]->enqueue_kernel(fill, std::vector<KernelArg>{{b, Access::overwrite}}).value().wait(),
+            cl::kComplete);  // valid on device 0 only
+  Event k = rig.queues[1]->enqueue_kernel(expect_bytes(data), std::vector<KernelArg>{{b, Access::read}}).value();
+  EXPECT_EQ(k.wait(), cl::kExecStatusErrorForEventsInWaitList);
+  EXPECT_NE(k.error_message().find("buffer " + std::to_string(b.id()) + ", bytes [0, 4096)"), std::string::npos)
+      << k.error_message();
+  EXPECT_EQ(rig.ctx->stats().copies_resourced, 0u);
+  EXPECT_EQ(rig.ctx->stats().bytes_lost, 0u);
+  EXPECT_EQ(rig.queues[0]->enqueue_kernel(expect_bytes(data), std::vector<KernelArg>{{b, Access::read}})
+                .value()
+                .wait(),
+            cl::kComplete);
+  Event again = rig.queues[1]->enqueue_kernel(expect_bytes(data), std::vector<KernelArg>{{b, Access::read}}).value();
+  EXPECT_EQ(again.wait(), cl::kComplete) << again.error_message();
 }
 
 TEST(Runtime, HostDeviceNeedsNoMigrationToTheHost) {

@@ -34,6 +34,7 @@ Status SimDevice::create(unsigned count, const SimOptions& options, std::vector<
     return Status::error(kInvalidValue, "sim: worker_threads and compute_units must be > 0");
   if (options.transfer_failure_probability < 0 || options.transfer_failure_probability > 1)
     return Status::error(kInvalidValue, "sim: transfer_failure_probability must be in [0, 1]");
+  if (options.fault_burst == 0) return Status::error(kInvalidValue, "sim: fault_burst must be at least 1");
   if (options.native_allocator) {
     if (!(options.native_allocation_cost.bytes_per_s > 0) || !(options.native_allocation_cost.latency_s >= 0))
       return Status::error(kInvalidValue, "sim: native_allocation_cost needs latency >= 0 and bandwidth > 0");
@@ -126,17 +127,22 @@ Status SimDevice::out_of_range(const char* op, DeviceAddress address, std::uint6
 
 Status SimDevice::maybe_fail_transfer(const char* op) {
   const std::uint64_t n = transfers_.fetch_add(1);
-  if (n + 1 == options_.fail_transfer_number) {
+  const auto fault = [&](const std::string& why) {
     faults_injected_.fetch_add(1);
-    return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected: transfer number " +
-                                              std::to_string(n + 1) + ")");
-  }
+    return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected: " + why + ")");
+  };
+  if (n < burst_end_.load()) return fault("in a burst of " + std::to_string(options_.fault_burst));
+  // A fault of its own starts a burst: the next fault_burst - 1 transfers fail too.
+  const auto burst = [&](const std::string& why) {
+    for (std::uint64_t end = burst_end_.load(); end < n + options_.fault_burst;)
+      if (burst_end_.compare_exchange_weak(end, n + options_.fault_burst)) break;
+    return fault(why);
+  };
+  if (n + 1 == options_.fail_transfer_number) return burst("transfer number " + std::to_string(n + 1));
   if (options_.transfer_failure_probability <= 0) return {};
   const double draw = static_cast<double>(mix(options_.fault_seed ^ mix(n)) >> 11) * 0x1.0p-53;
   if (draw >= options_.transfer_failure_probability) return {};
-  faults_injected_.fetch_add(1);
-  return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected, probability " +
-                                            std::to_string(options_.transfer_failure_probability) + ")");
+  return burst("probability " + std::to_string(options_.transfer_failure_probability));
 }
 
 // With the link model on, a transfer takes at least what the link would.
@@ -209,7 +215,8 @@ Status SimDevice::copy_from_peer(runtime::DeviceDriver& source, DeviceAddress sr
   if (from == nullptr) return peer->out_of_range("peer copy source", src, size);
   std::byte* to = locate(dst, size);
   if (to == nullptr) return out_of_range("peer copy destination", dst, size);
-  if (Status s = maybe_fail_transfer("peer copy"); !s.ok()) return s;
+  if (Status s = peer->maybe_fail_transfer("peer copy out"); !s.ok()) return s;
+  if (Status s = maybe_fail_transfer("peer copy in"); !s.ok()) return s;
   const auto t0 = std::chrono::steady_clock::now();
   std::memcpy(to, from, size);
   bytes_transferred_ += size;

@@ -82,6 +82,10 @@ typedef struct ml_copy {
   int after; /* index of an earlier copy in the plan it must wait for, or -1 */
   const ml_event* wait;
   size_t wait_count;
+  /* Other locations (a bit each) holding the range complete when planned,
+   * each with a direct path to dst: sources to read from instead when the
+   * transfer from src fails (memlayer/migration/plan.hpp: Copy::also). */
+  uint64_t also;
 } ml_copy;
 
 /* ---- cost model ------------------------------------------------------- */

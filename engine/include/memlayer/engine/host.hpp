@@ -76,6 +76,12 @@ struct CopyHandle {
   bool completed = false;
 };
 
+/// Another copy of a CopyRequest's bytes: the buffer's storage at `at`.
+struct CopySource {
+  Location at = migration::kHost;
+  StorageHandle storage = 0;
+};
+
 /// One copy the engine wants made: bytes [offset, offset + size) of the
 /// buffer `cookie`, from its storage at `src` to its storage at `dst`.
 struct CopyRequest {
@@ -90,6 +96,12 @@ struct CopyRequest {
   /// What the copy will wait for (what made its source valid, the fences of
   /// its destination); valid during the call.
   std::span<const Event> after;
+  /// Other storage holding the same bytes, complete (migration::Copy::also),
+  /// lowest location first; valid during the call. A host whose transfer
+  /// from `src` keeps failing may read from one of these instead (re-source
+  /// the copy): each has a direct path to `dst`, and its bytes and storage
+  /// stay as they are until the copy has ended. A host may ignore them.
+  std::span<const CopySource> also;
 };
 
 class Host {

@@ -40,6 +40,9 @@ class Buffer {
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   [[nodiscard]] std::uint32_t flags() const noexcept { return flags_; }
   [[nodiscard]] bool is_sub_buffer() const noexcept { return sub_; }
+  /// A number naming the buffer (a sub-buffer: its parent) in error
+  /// messages, unique within its context; 0 for an empty handle.
+  [[nodiscard]] std::uint64_t id() const noexcept;
   /// The origin in the parent (0 for a buffer).
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
 

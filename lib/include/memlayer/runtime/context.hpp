@@ -29,9 +29,12 @@ struct ContextStats {
   std::uint64_t copies_from_host = 0;  ///< host-to-device legs
   std::uint64_t evictions = 0;         ///< device copies dropped to make room
   std::uint64_t write_backs = 0;       ///< evictions that had to save the only copy first
-  /// Hidden-migration transfers tried again after failing (each is tried up
-  /// to 3 times: doc/runtime.md, failures).
+  /// Hidden-migration transfers tried again after failing (each source is
+  /// tried up to 3 times: doc/runtime.md, failures).
   std::uint64_t transfer_retries = 0;
+  /// Hidden migrations completed from another copy of their bytes after
+  /// their own source kept failing (doc/runtime.md, failures).
+  std::uint64_t copies_resourced = 0;
   /// Bytes whose content failures lost: a failed command's previous content
   /// was held nowhere any more (doc/runtime.md, failures). Undefined since.
   std::uint64_t bytes_lost = 0;

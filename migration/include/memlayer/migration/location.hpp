@@ -36,6 +36,7 @@ class LocationSet {
     for (std::uint64_t b = bits_; b != 0; b &= b - 1) f(static_cast<Location>(std::countr_zero(b)));
   }
 
+  friend constexpr LocationSet operator&(LocationSet a, LocationSet b) { return LocationSet(a.bits_ & b.bits_); }
   friend constexpr bool operator==(LocationSet, LocationSet) = default;
 
  private:

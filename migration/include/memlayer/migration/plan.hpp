@@ -22,6 +22,13 @@ struct Copy {
   /// Index of an earlier copy in the same plan it must also wait for (the
   /// device-to-host leg of a copy staged through the host), or -1.
   int after = -1;
+  /// Other locations that held every byte of the range, complete, when the
+  /// copy was planned, each with a direct path to `dst`: a runtime whose
+  /// transfer from `src` keeps failing may read from one of them instead.
+  /// Their content stays what it was until the copy ends: the copy counts
+  /// as a reader of the range, so later writers wait for it, and so does
+  /// eviction of any copy of it (RangeVersions::plan_evict).
+  LocationSet also;
 };
 
 /// The planner's decision for one command's use of one buffer: the copies to

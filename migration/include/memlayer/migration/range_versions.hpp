@@ -17,7 +17,9 @@
 // location L, plan() lists the copies that make exactly the stale bytes it
 // will read valid at L (an overwrite needs none), choosing for each span the
 // cheapest valid source by the CostModel: direct when a path exists, else
-// staged through the host copy, which then serves every later importer. It
+// staged through the host copy, which then serves every later importer; each
+// copy also names the other complete copies it could read instead
+// (Copy::also), for a runtime whose transfer from the source fails. It
 // also lists what the command must wait for:
 //   * a reader waits for the event that made its copy valid (and the last
 //     writer), never for other readers;
@@ -185,6 +187,8 @@ class RangeVersions {
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
   void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
                   Event command);
+  [[nodiscard]] LocationSet also_sources(const Span& s, Location src, Location to, std::uint64_t bytes,
+                                         const CostModel& cost) const;
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
 

@@ -39,11 +39,14 @@ struct SimOptions {
   /// Make transfers take at least the link model's time (sleeping the rest).
   bool model_link_time = false;
   /// Fault injection: the Nth on_allocate() and the Nth transfer (read,
-  /// write, peer copy) on each device fail (1-based; 0 = never), and each
-  /// transfer fails with this probability.
+  /// write, peer copy: both ends count it) on each device fail (1-based;
+  /// 0 = never), and each transfer fails with this probability. A failed
+  /// transfer fails the device's next fault_burst - 1 transfers too (a link
+  /// that stays down a while: what retrying alone does not survive).
   std::uint64_t fail_allocation_number = 0;
   std::uint64_t fail_transfer_number = 0;
   double transfer_failure_probability = 0.0;
+  std::uint64_t fault_burst = 1;
   std::uint64_t fault_seed = 1;
   /// Behave like a device with a native allocator (cuMemAlloc): memlayer
   /// then gets the arena in segments through native_allocate(), each call
@@ -126,6 +129,7 @@ class SimDevice final : public runtime::DeviceDriver {
   runtime::DeviceAddress base_;
   std::atomic<std::uint64_t> allocations_{0};
   std::atomic<std::uint64_t> transfers_{0};
+  std::atomic<std::uint64_t> burst_end_{0};  // transfers numbered below it fail (fault_burst)
   std::atomic<std::uint64_t> bytes_transferred_{0};
   std::atomic<std::uint64_t> faults_injected_{0};
   std::optional<bufalloc::LockedRegion> native_;  // the native allocator's bookkeeping
