@@ -130,6 +130,7 @@ class Worker {
  public:
   Worker(Shared& s, unsigned index, unsigned buffers) : s_(s), rng_(s.opt.seed * 7919 + index), index_(index) {
     parents_.resize(buffers);
+    lost_seen_.resize(buffers);
     models_.resize(buffers);
     views_.resize(std::size_t{buffers} * 4);
     for (unsigned i = 0; i < buffers; ++i) make_buffer(i, true);
@@ -147,6 +148,7 @@ class Worker {
                              : s_.ctx->create_buffer(mem::kReadWrite, size);
     if (!made) fail("create_buffer: " + made.error().message);
     parents_[p] = made.value();
+    lost_seen_[p] = 0;
     models_[p] = Model{init, std::vector<std::uint8_t>(size, with_content ? 1 : 0), std::vector<std::uint64_t>(size, 1)};
     views_[p * 4] = {made.value(), p};
     for (std::size_t k = 1; k < 4; ++k) {
@@ -302,6 +304,18 @@ class Worker {
   // Commands found failed void what the model says of the buffers they
   // wrote (forget()).
   void settle_tracked() {
+    // Content a failure lost without failing one of this thread's commands
+    // (an eviction's write-back that failed after its storage went:
+    // engine.hpp) is undefined from the enqueue that found it, after the
+    // last look: void the model of the buffer and of what was made from it
+    // since.
+    for (std::size_t p = 0; p < parents_.size(); ++p) {
+      const std::uint64_t lost = parents_[p].bytes_lost();
+      if (lost == lost_seen_[p]) continue;
+      lost_seen_[p] = lost;
+      forget(lost_checked_seq_, {p});
+    }
+    lost_checked_seq_ = seq_;
     std::vector<Tracked> still;
     for (auto& t : tracked_) {
       const int st = t.event.status();
@@ -650,6 +664,8 @@ class Worker {
   std::mt19937_64 rng_;
   unsigned index_;
   std::vector<Buffer> parents_;
+  std::vector<std::uint64_t> lost_seen_;  // each parent's bytes_lost() at the last look
+  std::uint64_t lost_checked_seq_ = 0;    // seq_ at the last look
   std::vector<Model> models_;
   std::vector<View> views_;
   std::vector<PendingRead> pending_;

@@ -76,6 +76,7 @@ void Buffer::prune_users(Storage& s) {
 void Buffer::drop_storage_events(Storage& s) {
   for (Event e : s.users) drop(e);
   for (Event e : s.fences) drop(e);
+  for (Event e : s.write_backs) drop(e);
   s = Storage{};
 }
 

@@ -40,6 +40,7 @@ std::optional<EnqueueError> Transaction::run() {
   }
   if (failed) return fail(std::move(*failed));
   commit_all();
+  release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
   return std::nullopt;
@@ -56,6 +57,7 @@ std::optional<EnqueueError> Transaction::run_place() {
     failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
   }
   if (failed) return fail(std::move(*failed));
+  release_all(s_.room_after);
   unlock_all();
   start_copies();
   return std::nullopt;
@@ -144,6 +146,7 @@ bool Transaction::uses_buffer(const Buffer* b) const {
 std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for_eviction) {
   Storage& st = b.storage(loc);
   if (st.allocated) return std::nullopt;
+  bool wrote_back = false;  // then only buffers with nothing to write back are evicted
   for (;;) {
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
     if (a.outcome == Allocation::Outcome::ok) {
@@ -155,15 +158,19 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
       return std::nullopt;
     }
     const bool full = a.outcome == Allocation::Outcome::full && loc != kHost;
-    if (full && !for_eviction && evict_one(loc)) {
-      release_all(a.room_after);
-      continue;
+    if (full && !for_eviction) {
+      if (const Evicted e = evict_one(loc, wrote_back); e != Evicted::nothing) {
+        release_all(a.room_after);
+        wrote_back = wrote_back || e == Evicted::writing_back;
+        continue;
+      }
     }
-    if (full && !a.room_after.empty()) {
-      s_.room_after = std::move(a.room_after);  // for Submission::waits (fail())
+    if (full && (!a.room_after.empty() || !s_.room_after.empty())) {
+      s_.room_after.insert(s_.room_after.end(), a.room_after.begin(), a.room_after.end());  // for fail()
       return error(EnqueueError::Code::device_busy,
                    where(loc) + ": no room for a " + std::to_string(b.size()) +
-                       "-byte buffer until queued commands finish with the storage evicted for it");
+                       "-byte buffer until queued commands finish with the storage evicted for it, or its bytes "
+                       "are written back");
     }
     release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
@@ -175,20 +182,37 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   }
 }
 
+// Whether `st`'s write-backs are still running; drops those that ended.
+bool Transaction::writing_back(Buffer& b, Storage& st) {
+  std::erase_if(st.write_backs, [&](Event e) {
+    if (!host_.finished(e)) return false;
+    b.drop(e);
+    return true;
+  });
+  return !st.write_backs.empty();
+}
+
 // The buffer to evict from `loc`, among those with storage there that this
-// command does not use and no other thread holds: one nothing still uses
-// first (its storage is reusable at once), then one whose storage no undo
-// record names (evicting that would lose the content a queued writer's
-// failure goes back to), then one valid elsewhere (nothing to write back),
-// then the least recently used. Returned locked. Never waits for a lock.
-Buffer* Transaction::pick_victim(Location loc) {
+// command does not use, no other thread holds and no write-back is saving:
+// one with nothing to write back first (its storage can go now), then one
+// whose bytes can be written back at once (its storage goes once they are:
+// a write-back that fails loses nothing), then one whose bytes are still
+// being made there (written back after them, its storage going at once:
+// that write-back failing loses them); within each, one nothing still uses
+// (its storage is reusable at once), then one whose storage no undo record
+// names (evicting that would lose the content a queued writer's failure
+// goes back to), then the least recently used. `clean_only`: only those
+// with nothing to write back. Returned locked. Never waits for a lock.
+Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
+  using WriteBack = migration::RangeVersions::WriteBack;
   struct Rank {
-    bool idle, unpinned, clean;
+    WriteBack write_back;
+    bool idle, unpinned;
     std::uint64_t last_use;
     bool better_than(const Rank& o) const {
+      if (write_back != o.write_back) return write_back < o.write_back;
       if (idle != o.idle) return idle;
       if (unpinned != o.unpinned) return unpinned;
-      if (clean != o.clean) return clean;
       return last_use < o.last_use;
     }
   };
@@ -197,13 +221,16 @@ Buffer* Transaction::pick_victim(Location loc) {
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
-    if (b->storage_.size() <= loc || !b->storage_[loc].allocated || !host_.can_evict(b->cookie(), loc)) {
+    const bool candidate = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc) &&
+                           !writing_back(*b, b->storage_[loc]);
+    const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
+    if (!candidate || (clean_only && need != WriteBack::none)) {
       b->mutex_.unlock();
       continue;
     }
     const Storage& st = b->storage_[loc];
     const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
-    const Rank r{idle, idle || !b->versions_.undo_names(loc), b->versions_.bytes_only_at(loc) == 0, st.last_use};
+    const Rank r{need, idle, idle || !b->versions_.undo_names(loc), st.last_use};
     if (victim != nullptr && !r.better_than(best)) {
       b->mutex_.unlock();
       continue;
@@ -215,12 +242,15 @@ Buffer* Transaction::pick_victim(Location loc) {
   return victim;
 }
 
-// Evicts one buffer from `loc`: its bytes valid nowhere else are copied to
-// its host copy, then its storage goes back to the host, reusable once its
-// users and those copies have finished. False when nothing can be evicted.
-bool Transaction::evict_one(Location loc) {
-  Buffer* victim = pick_victim(loc);
-  if (victim == nullptr) return false;
+// Evicts one buffer from `loc`: its storage goes back to the host, reusable
+// once its users have finished. Bytes valid nowhere else are written back
+// to the host copy first: when they are complete, by write_back(), the
+// buffer then evicted by a later pass; when still being made, by copies
+// that wait for them while the storage goes now (pick_victim() takes such
+// a buffer last).
+Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
+  Buffer* victim = pick_victim(loc, clean_only);
+  if (victim == nullptr) return Evicted::nothing;
   std::unique_lock lock(victim->mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
@@ -237,15 +267,25 @@ bool Transaction::evict_one(Location loc) {
   } rebatch{*victim, s_.refs, host_};
   migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim->versions_.bytes_lost();
-  victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+  victim->versions_.plan_evict(loc, host_.cost_model(), plan);  // settles first: judge the bytes after it
   count_lost(victim->versions_.bytes_lost() - lost);
-  if (!plan.copies.empty() && place(*victim, kHost, true)) return false;
+  const bool complete = std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
+    return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
+  });
+  if (!plan.copies.empty() && complete) {
+    if (!write_back(*victim, loc, plan)) return Evicted::nothing;
+    if (!victim->storage(loc).write_backs.empty()) return Evicted::writing_back;
+    // The host made them synchronously: nothing is left to save.
+    victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+    if (!plan.copies.empty()) return Evicted::writing_back;
+  }
+  if (!plan.copies.empty() && place(*victim, kHost, true)) return Evicted::nothing;
 
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
     if (!create_copy(*victim, c, first_event, true)) {
       s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
-      return false;
+      return Evicted::nothing;
     }
   }
   Storage& st = victim->storage(loc);
@@ -262,13 +302,52 @@ bool Transaction::evict_one(Location loc) {
     if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);
   for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  count_write_back(plan);
+  engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  return Evicted::freed;
+}
+
+// Copies the bytes of `victim` at `loc` valid nowhere else to its host copy,
+// as `plan` (plan_evict) says, keeping the storage: the buffer is evicted
+// once they have completed, and a write-back that fails leaves the bytes
+// where they are (the next eviction writes them back again). The
+// write-backs are started with this enqueue's copies, whatever becomes of
+// it, and are what a device_busy failure waits for. False when a copy could
+// not be made (nothing recorded then).
+bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan& plan) {
+  if (place(victim, kHost, true)) return false;
+  const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
+  for (const migration::Copy& c : plan.copies) {
+    if (!create_copy(victim, c, first_event, true)) {
+      s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
+      return false;
+    }
+  }
+  const auto events = std::span(s_.copy_events).subspan(first_event);
+  victim.versions_.commit_write_back(plan, events);
+  Storage& st = victim.storage(loc);
+  for (Event e : events) {
+    if (e == nullptr) continue;  // made synchronously
+    victim.add_user(st, e);
+    victim.add_user(victim.storage(kHost), e);
+    victim.hold(e);
+    st.write_backs.push_back(e);
+    hold(e);
+    s_.room_after.push_back(e);
+  }
+  s_.copy_events.resize(first_event);
+  for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  count_write_back(plan);
+  return true;
+}
+
+void Transaction::count_write_back(const migration::Plan& plan) {
+  if (plan.copies.empty()) return;
   for (const migration::Copy& c : plan.copies) {
     count_copy(c);
     engine_.counters_.bytes_written_back.fetch_add(c.size, std::memory_order_relaxed);
   }
-  engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-  if (!plan.copies.empty()) engine_.counters_.write_backs.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  engine_.counters_.write_backs.fetch_add(1, std::memory_order_relaxed);
 }
 
 // ---- planning and copies --------------------------------------------------

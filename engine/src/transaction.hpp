@@ -48,7 +48,7 @@ struct EnqueueScratch {
   std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
   std::vector<Event> after;       // scratch for Host::free
-  std::vector<Event> room_after;  // a device_busy failure's events, retained
+  std::vector<Event> room_after;  // what a device_busy failure waits for, retained
   RefBatch refs;                  // active while buffers are locked
 };
 
@@ -68,8 +68,11 @@ class Transaction {
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
-  bool evict_one(Location loc);
-  Buffer* pick_victim(Location loc);
+  enum class Evicted : std::uint8_t { nothing, freed, writing_back };
+  Evicted evict_one(Location loc, bool clean_only);
+  Buffer* pick_victim(Location loc, bool clean_only);
+  bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
+  bool writing_back(Buffer& b, Storage& st);
   std::optional<EnqueueError> plan_all();
   std::optional<EnqueueError> create_copies();
   bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back);
@@ -86,6 +89,7 @@ class Transaction {
   void drop(Event e) noexcept;
   std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
+  void count_write_back(const migration::Plan& plan);
   void count_lost(std::uint64_t bytes);
 
   Engine& engine_;

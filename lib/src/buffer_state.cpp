@@ -44,4 +44,5 @@ std::byte* BufferState::host() {
 
 namespace memlayer::runtime {
 std::uint64_t Buffer::id() const noexcept { return parent_ != nullptr ? parent_->id() : 0; }
+std::uint64_t Buffer::bytes_lost() const { return parent_ != nullptr ? parent_->tracked.bytes_lost() : 0; }
 }  // namespace memlayer::runtime

@@ -16,8 +16,6 @@ void append(std::vector<EventPtr>& to, const std::vector<EventPtr>& from) { to.i
 
 Status to_status(const engine::EnqueueError& e) {
   switch (e.code) {
-    // device_busy is never reported here: EngineHost::free fences reused
-    // storage instead of keeping it (no Allocation::room_after).
     case engine::EnqueueError::Code::device_full:
     case engine::EnqueueError::Code::device_busy: return Status::error(cl::kMemObjectAllocationFailure, e.message);
     case engine::EnqueueError::Code::host_out_of_memory: return Status::error(cl::kOutOfHostMemory, e.message);
@@ -56,7 +54,8 @@ thread_local Scratch t_scratch;
 
 }  // namespace
 
-ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options) {
+ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& options)
+    : room_wait(options.room_wait) {
   by_location.push_back(nullptr);  // the host copy
   for (auto& driver : drivers) {
     const bool shared = driver->info().shares_host_memory;
@@ -80,13 +79,42 @@ ContextState::~ContextState() {
   for (auto& device : devices) device->stop();
 }
 
+// A full device makes room by evicting; a buffer with bytes valid nowhere
+// else is evicted only once they are written back (engine.hpp), so the
+// enqueue waits for those write-backs (device_busy) and tries again, at
+// most kRoomTries times: a write-back that keeps failing (its bytes stay
+// where they are) or waits too long (ContextOptions::room_wait) fails the
+// enqueue instead.
+constexpr int kRoomTries = 8;
+
 Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait) {
   for (const Event& e : wait) {
     if (!e.valid()) return Status::error(cl::kInvalidEventWaitList, "the wait list holds an empty event");
   }
   auto node = make_node(spec.device, nullptr);
-  std::vector<EventPtr> deps, order;
+  std::vector<EventPtr> deps;
   for (const Event& e : wait) deps.push_back(e.state());
+  const auto deadline = std::chrono::steady_clock::now() + room_wait;
+  for (int attempt = 1;; ++attempt) {
+    if (auto done = try_enqueue(queue, spec, node, deps, attempt == kRoomTries)) return std::move(*done);
+    engine::Submission& sub = t_scratch.submission;
+    bool came = true;
+    for (engine::Event e : sub.waits()) came = came && static_cast<EventState*>(e)->wait_until(deadline);
+    sub.clear();
+    if (!came) {
+      const std::string where = spec.at == kHost ? std::string("the host") : by_location[spec.at]->info().name;
+      return Status::error(cl::kMemObjectAllocationFailure,
+                           where + ": no room for the command's buffers: the write-backs of the "
+                           "buffers evicted for them did not finish within " + std::to_string(room_wait.count()) +
+                           " ms (their queued commands may wait for this thread)");
+    }
+  }
+}
+
+std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const CommandSpec& spec,
+                                                       const std::shared_ptr<CommandNode>& node,
+                                                       std::vector<EventPtr> deps, bool last_try) {
+  std::vector<EventPtr> order;
   Scratch& sc = t_scratch;
   {
     // Queue order and buffer-version order must agree, or two threads on
@@ -95,7 +123,11 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
     if (!spec.uses.empty()) {
       sc.uses.clear();
       for (const BufferUse& u : spec.uses) sc.uses.push_back({&u.parent->tracked, u.use});
-      if (auto failed = engine.enqueue(sc.uses, spec.at, node->event.get(), sc.submission)) return to_status(*failed);
+      if (auto failed = engine.enqueue(sc.uses, spec.at, node->event.get(), sc.submission)) {
+        if (failed->code == engine::EnqueueError::Code::device_busy && !last_try) return std::nullopt;
+        sc.submission.clear();
+        return Result<Event>(to_status(*failed));
+      }
       for (engine::Event e : sc.submission.waits()) deps.push_back(static_cast<EventState*>(e)->shared_from_this());
       sc.targets.clear();
       for (std::size_t i = 0; i < spec.uses.size(); ++i) {
@@ -113,7 +145,7 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
   // Submitting may run work-less nodes and user callbacks on this thread:
   // never under a memlayer lock.
   submit(node, deps, order);
-  return Event(node->event);
+  return Result<Event>(Event(node->event));
 }
 
 }  // namespace memlayer::runtime::detail

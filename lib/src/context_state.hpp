@@ -72,10 +72,18 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   std::atomic<std::uint64_t> transfer_retries{0};  // ContextStats::transfer_retries
   std::atomic<std::uint64_t> copies_resourced{0};  // ContextStats::copies_resourced
   std::atomic<std::uint64_t> next_buffer_id{1};    // Buffer::id()
+  std::chrono::milliseconds room_wait;             // ContextOptions::room_wait
 
   /// The one enqueue path: the engine places, plans and copies; this adds
   /// the queue's order and starts the command. All or nothing.
   Result<Event> enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
+
+ private:
+  // One try of enqueue(): nullopt when the device had no room yet
+  // (engine device_busy), with what to wait for in `sc`'s submission.
+  std::optional<Result<Event>> try_enqueue(QueueState& queue, const CommandSpec& spec,
+                                           const std::shared_ptr<CommandNode>& node,
+                                           std::vector<std::shared_ptr<EventState>> deps, bool last_try);
 };
 
 }  // namespace memlayer::runtime::detail

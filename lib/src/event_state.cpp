@@ -28,6 +28,11 @@ int EventState::wait() {
   return status_.load();
 }
 
+bool EventState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  return ended_.wait_until(lock, deadline, [&] { return status_ <= cl::kComplete; });
+}
+
 std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate) {
   std::lock_guard lock(mutex_);
   if (status_ <= cl::kComplete) return status_.load();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -33,6 +34,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::string message() const;
   ProfilingInfo profiling() const;
   int wait();
+  /// Waits until the event has ended or `deadline` has passed; whether it ended.
+  bool wait_until(std::chrono::steady_clock::time_point deadline);
   /// A node waiting for this event; `propagate`: this event's failure fails it.
   struct Waiter {
     std::shared_ptr<CommandNode> node;

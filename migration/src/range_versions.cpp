@@ -546,6 +546,14 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   if (reshaped && lo < hi) merge_range(lo, hi);
 }
 
+// Valid somewhere other than `at` for sure: not only by a copy still in
+// flight, which may yet fail.
+bool RangeVersions::complete_elsewhere(const Span& s, Location at) const {
+  return std::any_of(s.holders.begin(), s.holders.end(), [&](const Holder& x) {
+    return x.where != at && ops_.state(x.ready) == EventStatus::completed;
+  });
+}
+
 void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (at == kHost) throw std::invalid_argument("migration: the host copy is not evicted");
@@ -556,11 +564,7 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
     if (h == nullptr) continue;
     add_unique(out.wait, h->ready);
     for (Event r : s.readers) add_unique(out.wait, r);
-    // Valid elsewhere for sure (not by a copy still in flight): just drop it.
-    const bool elsewhere = std::any_of(s.holders.begin(), s.holders.end(), [&](const Holder& x) {
-      return x.where != at && ops_.state(x.ready) == EventStatus::completed;
-    });
-    if (s.anywhere || elsewhere) continue;
+    if (s.anywhere || complete_elsewhere(s, at)) continue;  // nothing to save: just drop it
     const std::uint64_t x = it->first, n = end_of(it) - x;
     if (!cost.cost(at, kHost, n)) {
       throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
@@ -577,7 +581,7 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
   }
 }
 
-void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
+void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> copy_events) {
   if (copy_events.size() != plan.copies.size())
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
@@ -589,6 +593,10 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
       set_holder(it->second, kHost, copy_events[i]);
     }
   }
+}
+
+void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
+  commit_write_back(plan, copy_events);
   auto forget = [&](Span& x) {
     auto h = std::find_if(x.holders.begin(), x.holders.end(), [&](const Holder& y) { return y.where == at; });
     if (h == x.holders.end()) return;
@@ -606,10 +614,24 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   merge_range(0, size_);
 }
 
+RangeVersions::WriteBack RangeVersions::write_back_needed(Location at) const {
+  WriteBack need = WriteBack::none;
+  for (const auto& [offset, s] : spans_) {
+    if (s.anywhere) continue;
+    const Holder* h = holder(s, at);
+    if (h == nullptr || complete_elsewhere(s, at)) continue;
+    if (ops_.state(h->ready) != EventStatus::completed) return WriteBack::waiting;
+    need = WriteBack::ready;
+  }
+  return need;
+}
+
 bool RangeVersions::valid_at(Location at, std::uint64_t offset, std::uint64_t size) const {
   const std::uint64_t end = offset + size;
-  for (auto it = span_containing(offset); it != spans_.end() && it->first < end; ++it)
-    if (holder(it->second, at) == nullptr) return false;
+  for (auto it = span_containing(offset); it != spans_.end() && it->first < end; ++it) {
+    const Holder* h = holder(it->second, at);
+    if (h == nullptr || ops_.failed(h->ready)) return false;
+  }
   return true;
 }
 

@@ -130,15 +130,30 @@ TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {
   EXPECT_EQ(host_.copies_created, 1 + 2);
 }
 
-TEST_F(EngineTest, EvictionTakesCleanBuffersFirstThenWritesBackTheLeastRecentlyUsed) {
-  // Device 1 holds two 4 KiB buffers.
+TEST_F(EngineTest, EvictionWritesBackTheLeastRecentlyUsedBeforeItEvictsIt) {
+  // Device 1 (8 KiB) holds two 4 KiB buffers whose only copies are there.
   Buffer& dirty_old = make(4096, false);
   Buffer& dirty_new = make(4096, false);
   ASSERT_NE(enqueue({{&dirty_old, {0, 4096, Access::overwrite}}}, 1), nullptr);
   ASSERT_NE(enqueue({{&dirty_new, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  host_.run_all();
   Buffer& clean = make(4096, true);
-  // Full: places `clean` by evicting the least recently used, dirty_old,
-  // whose only copy is written back first.
+  // Full, and both would lose bytes: the least recently used is written
+  // back first, keeping its storage, and the enqueue waits for that.
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&clean, {0, 4096, Access::read}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  ASSERT_EQ(sub_.waits().size(), 1u) << "the write-back";
+  EXPECT_TRUE(dirty_old.has_storage(1));
+  EXPECT_TRUE(dirty_new.has_storage(1));
+  EXPECT_FALSE(clean.has_storage(1));
+  EXPECT_EQ(engine_->stats().write_backs, 1u);
+  EXPECT_EQ(engine_->stats().evictions, 0u);
+  const std::vector<Event> write_back(sub_.waits().begin(), sub_.waits().end());
+  ASSERT_TRUE(host_.run_until_done(write_back));
+  sub_.clear();
+  // Written back: now it goes, with nothing more to copy.
   ASSERT_NE(enqueue({{&clean, {0, 4096, Access::read}}}, 1), nullptr);
   EXPECT_FALSE(dirty_old.has_storage(1));
   EXPECT_TRUE(dirty_old.valid_at(kHost, 0, 4096));
@@ -151,6 +166,45 @@ TEST_F(EngineTest, EvictionTakesCleanBuffersFirstThenWritesBackTheLeastRecentlyU
   EXPECT_TRUE(dirty_new.has_storage(1));
   EXPECT_EQ(engine_->stats().evictions, 2u);
   EXPECT_EQ(engine_->stats().write_backs, 1u) << "nothing to write back for a clean copy";
+  host_.run_all();
+}
+
+// A write-back that fails loses nothing: the bytes stay where they are,
+// with their storage, and the next try writes them back again.
+TEST_F(EngineTest, AFailedWriteBackKeepsTheStorageAndTheBytes) {
+  Buffer& dirty_old = make(4096, false);
+  Buffer& dirty_new = make(4096, false);
+  ASSERT_NE(enqueue({{&dirty_old, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  const StorageHandle old_storage = sub_.storage()[0];
+  host_.run_all();
+  std::fill_n(host_.bytes(1, old_storage), 4096, 0x42);  // what the command wrote
+  ASSERT_NE(enqueue({{&dirty_new, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  host_.run_all();
+  Buffer& clean = make(4096, true);
+  std::optional<EnqueueError> error;
+  for (bool fail : {true, true, false}) {
+    EXPECT_EQ(enqueue({{&clean, {0, 4096, Access::read}}}, 1, &error), nullptr);
+    ASSERT_TRUE(error.has_value());
+    ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+    host_.faults.cancel = fail ? 1.0 : 0.0;
+    const std::vector<Event> write_back(sub_.waits().begin(), sub_.waits().end());
+    ASSERT_TRUE(host_.run_until_done(write_back));
+    sub_.clear();
+    host_.faults.cancel = 0;
+    if (!fail) break;
+    EXPECT_TRUE(dirty_old.has_storage(1));
+    EXPECT_TRUE(dirty_old.valid_at(1, 0, 4096));
+    EXPECT_FALSE(dirty_old.valid_at(kHost, 0, 4096)) << "the failed write-back is no copy";
+    EXPECT_EQ(dirty_old.bytes_lost(), 0u);
+  }
+  ASSERT_NE(enqueue({{&clean, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_FALSE(dirty_old.has_storage(1));
+  ASSERT_TRUE(dirty_old.valid_at(kHost, 0, 4096));
+  const std::vector<std::uint8_t> expected(4096, 0x42);
+  EXPECT_EQ(cookies_[0]->host_copy, expected);
+  EXPECT_EQ(engine_->stats().write_backs, 3u);
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
   host_.run_all();
 }
 
@@ -169,18 +223,18 @@ TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
   EXPECT_EQ(engine_->stats().evictions, 0u);
 }
 
-TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersAndWriteBackFinish) {
-  Buffer& a = make(8192, false);
-  Task* writer = enqueue({{&a, {0, 8192, Access::overwrite}}}, 1);
-  ASSERT_NE(writer, nullptr);
-  // Not run yet. A new buffer evicts `a`: its write-back waits for the
-  // writer, and the new storage (the same bytes) waits for the write-back.
+TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersFinish) {
+  Buffer& a = make(8192, true);
+  Task* reader = enqueue({{&a, {0, 8192, Access::read}}}, 1);
+  ASSERT_NE(reader, nullptr);
+  // Not run yet. A new buffer evicts `a` (valid at the host: nothing to
+  // write back); the new storage (the same bytes) waits for a's users.
   Buffer& b = make(8192, false);
   Task* next = enqueue({{&b, {0, 8192, Access::overwrite}}}, 1);
   ASSERT_NE(next, nullptr);
   EXPECT_FALSE(sub_.waits().empty()) << "placed over storage still in use, with nothing to wait for";
   host_.run_all();
-  EXPECT_TRUE(writer->done && next->done);
+  EXPECT_TRUE(reader->done && next->done);
 }
 
 TEST_F(EngineTest, ADestroyedBufferGivesItsStorageBack) {

@@ -4,10 +4,14 @@
 // command the runtime hands it the command's buffer uses and the location the
 // command runs at; the engine then, all or nothing:
 //   1. finds or allocates each buffer's storage there; when the location is
-//      full it evicts the least recently used buffer the command does not
-//      use (bytes valid nowhere else are written back to the host copy
-//      first, asynchronously; the storage is handed back to the host with
-//      the events that must finish before anything reuses it);
+//      full it evicts a buffer the command does not use, one with nothing
+//      to write back first, then the least recently used: the storage is
+//      handed back to the host with the events that must finish before
+//      anything reuses it. A buffer with bytes valid nowhere else has them
+//      written back to the host copy first, asynchronously, and keeps its
+//      storage until they have completed: a write-back that fails loses
+//      nothing. If nothing else makes room, the enqueue reports
+//      `device_busy` with the write-backs to wait for;
 //   2. plans each buffer (migration::RangeVersions::plan: which stale bytes
 //      must come from where, what the command must wait for);
 //   3. has the host create the copies (unstarted);
@@ -93,6 +97,9 @@ class Buffer {
     static constexpr std::size_t kFirstPrune = 16;
     std::size_t prune_at = kFirstPrune;  // users.size() that prunes the finished ones
     std::vector<Event> fences;   // what must finish before it may be written
+    // Write-backs of its bytes for an eviction, maybe unfinished: it is
+    // evicted only once they have completed (Transaction::write_back).
+    std::vector<Event> write_backs;
   };
   Storage& storage(Location at) {
     if (storage_.size() <= at) [[unlikely]] grow_storage(at);
@@ -133,7 +140,7 @@ struct EngineStats {
   std::uint64_t copies_to_host = 0;  ///< device to host copy (staging legs and write-backs)
   std::uint64_t copies_from_host = 0;
   std::uint64_t evictions = 0;
-  std::uint64_t write_backs = 0;  ///< evictions that had to copy bytes valid nowhere else
+  std::uint64_t write_backs = 0;  ///< write-backs made for evictions: bytes valid nowhere else, copied first
   std::uint64_t bytes_written_back = 0;
   /// Bytes a failed command's undo found held nowhere any more: undefined
   /// since (migration/range_versions.hpp, failures).
@@ -146,9 +153,10 @@ struct EnqueueError {
   enum class Code : std::uint8_t {
     device_full,         ///< the command's buffers cannot all be placed, even after evicting
     /// The location is full of storage that is freed once queued work
-    /// finishes (Allocation::room_after): Submission::waits() lists that
-    /// work. Wait for it with no enqueue of this thread in progress, then
-    /// enqueue again. Only a host whose free() keeps storage reports it.
+    /// finishes (Allocation::room_after), or evicted once its write-backs
+    /// have completed: Submission::waits() lists that work. Wait for it
+    /// with no enqueue of this thread in progress, then enqueue again (a
+    /// write-back that failed is made again then: bound the tries).
     device_busy,
     host_out_of_memory,  ///< no host memory for the engine's records or a host copy
     host_failed,         ///< the host refused an allocation or a copy (Allocation::error)

@@ -43,6 +43,10 @@ class Buffer {
   /// A number naming the buffer (a sub-buffer: its parent) in error
   /// messages, unique within its context; 0 for an empty handle.
   [[nodiscard]] std::uint64_t id() const noexcept;
+  /// Bytes of this buffer (a sub-buffer: of its parent) whose content
+  /// failures lost so far: held nowhere any more, undefined since
+  /// (doc/runtime.md, failures). 0 for an empty handle.
+  [[nodiscard]] std::uint64_t bytes_lost() const;
   /// The origin in the parent (0 for a buffer).
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
 

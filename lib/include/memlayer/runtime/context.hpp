@@ -4,6 +4,7 @@
 // Thread-safety: every function may be called from several threads at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,6 +53,13 @@ struct ContextOptions {
   /// behaviour, one native call per buffer: segment_size = granularity,
   /// cache_cap = 0.
   bufalloc::HeapOptions device_heap{};
+  /// How long one enqueue may wait in all for room on a full device: for the
+  /// write-backs of buffers being evicted (doc/runtime.md, memory pressure),
+  /// which wait for those buffers' queued commands. Those may wait for
+  /// something this thread does only after the enqueue returns (a user
+  /// event it sets): the limit turns that deadlock into an allocation
+  /// failure (kMemObjectAllocationFailure).
+  std::chrono::milliseconds room_wait{60000};
 };
 
 class Context {

@@ -118,10 +118,29 @@ class RangeVersions {
   void plan_evict(Location at, const CostModel& cost, Plan& out);
 
   /// Records an eviction planned by plan_evict(): the write-backs become the
-  /// host's copies and `at` holds nothing any more. O(spans).
+  /// host's copies and `at` holds nothing any more. A write-back that fails
+  /// then loses its bytes (bytes_lost()): a runtime that cannot afford it
+  /// writes back first (commit_write_back()) and evicts once
+  /// write_back_needed() says none. O(spans).
   void commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at);
 
-  /// True when every byte of [offset, offset + size) is valid at `at`.
+  /// Records only the write-backs of a plan_evict() plan: they become the
+  /// host's copies, and `at` keeps its copy, so a write-back that fails
+  /// loses nothing (its bytes are still at `at`; the next plan_evict()
+  /// writes them back again). Once they have completed, plan_evict(at) has
+  /// nothing to write back and the storage can go. Complexity O(log spans +
+  /// spans the copies cover).
+  void commit_write_back(const Plan& plan, std::span<const Event> copy_events);
+  /// What evicting `at` now would have to write back (what plan_evict()
+  /// would copy: spans `at` holds that no other location holds complete):
+  /// nothing; bytes whose copy at `at` is complete, so a write-back can
+  /// start at once; or bytes still being made there (by a writer or a copy
+  /// not finished), which a write-back must wait for. O(spans).
+  enum class WriteBack : std::uint8_t { none, ready, waiting };
+  [[nodiscard]] WriteBack write_back_needed(Location at) const;
+
+  /// True when every byte of [offset, offset + size) is valid at `at`, or
+  /// being made valid there (a copy in flight counts; one that failed not).
   [[nodiscard]] bool valid_at(Location at, std::uint64_t offset, std::uint64_t size) const;
   /// Bytes whose current version is held only at `at` (what eviction would
   /// have to write back). O(spans).
@@ -187,6 +206,7 @@ class RangeVersions {
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
   void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
                   Event command);
+  [[nodiscard]] bool complete_elsewhere(const Span& s, Location at) const;
   [[nodiscard]] LocationSet also_sources(const Span& s, Location src, Location to, std::uint64_t bytes,
                                          const CostModel& cost) const;
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
