@@ -221,3 +221,41 @@ TEST_F(Failures, ACopyNamesTheOtherCompleteCopiesItCouldReadInstead) {
   EXPECT_TRUE(mixed.copies[0].also.empty()) << "only device 2 holds the new bytes";
   EXPECT_EQ(mixed.copies[1].also, both);
 }
+
+// Writing back before evicting (commit_write_back): the device keeps its
+// copy until the write-back has completed, so one that fails loses nothing.
+TEST_F(Failures, AWriteBackThatFailsBeforeTheEvictionLosesNothing) {
+  using WriteBack = RangeVersions::WriteBack;
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  EXPECT_EQ(buffer_->write_back_needed(1), WriteBack::waiting) << "its writer has not finished";
+  set(ev(1), EventStatus::completed);
+  EXPECT_EQ(buffer_->write_back_needed(1), WriteBack::ready);
+  EXPECT_EQ(buffer_->write_back_needed(2), WriteBack::none) << "nothing held there";
+
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u);
+  const std::vector<Event> write_back{ev(50)};
+  buffer_->commit_write_back(p, write_back);
+  EXPECT_TRUE(buffer_->valid_at(1, 0, 4096)) << "the device keeps its copy";
+  EXPECT_EQ(buffer_->write_back_needed(1), WriteBack::ready) << "until the write-back has completed";
+  set(ev(50), EventStatus::failed);
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 4096)) << "a failed write-back is no copy";
+  Plan again;
+  buffer_->plan_evict(1, cost_, again);
+  ASSERT_EQ(again.copies.size(), 1u) << "written back again";
+  EXPECT_FALSE(waits_for(again.copies[0].wait, ev(50)));
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+
+  buffer_->commit_write_back(again, std::vector<Event>{ev(51)});
+  set(ev(51), EventStatus::completed);
+  EXPECT_EQ(buffer_->write_back_needed(1), WriteBack::none);
+  Plan evict;
+  buffer_->plan_evict(1, cost_, evict);
+  EXPECT_TRUE(evict.copies.empty());
+  buffer_->commit_evict(evict, {}, 1);
+  EXPECT_FALSE(buffer_->valid_at(1, 0, 4096));
+  EXPECT_TRUE(buffer_->valid_at(kHost, 0, 4096));
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+}

@@ -485,6 +485,75 @@ TEST(Runtime, AHiddenMigrationWithNoOtherSourceFailsNamingTheBufferAndTheRange) 
   EXPECT_EQ(again.wait(), cl::kComplete) << again.error_message();
 }
 
+// Two 4 KiB buffers fill a device of 8 KiB, each written there by a
+// kernel (valid nowhere else); a third needs one of them evicted.
+struct FullDevice {
+  Rig rig;
+  std::vector<Buffer> dirty;
+  std::vector<std::uint8_t> content = pattern(4096, 12);
+  static drivers::SimOptions of_8k(drivers::SimOptions o) {
+    o.memory_size = 8192;
+    return o;
+  }
+  explicit FullDevice(const drivers::SimOptions& o) : rig(make_rig(1, of_8k(o))) {
+    for (int i = 0; i < 2; ++i) {
+      dirty.push_back(buffer(*rig.ctx, 4096));
+      auto fill = [this](std::span<void* const> p) {
+        std::memcpy(p[0], content.data(), content.size());
+        return Status{};
+      };
+      EXPECT_EQ(rig.queues[0]->enqueue_kernel(fill, std::vector<KernelArg>{{dirty.back(), Access::overwrite}})
+                    .value()
+                    .wait(),
+                cl::kComplete);
+    }
+  }
+};
+
+// An eviction's write-back that keeps failing loses nothing: the bytes stay
+// on the device, with their storage, until a later try writes them back.
+TEST(Runtime, AnEvictionWhoseWriteBackFailsKeepsTheBytesUntilItSucceeds) {
+  drivers::SimOptions o;
+  o.fail_transfer_number = 1;  // the first write-back and its two retries, and the next try
+  o.fault_burst = 4;
+  FullDevice full(o);
+  Buffer third = buffer(*full.rig.ctx, 4096);
+  const std::uint8_t v = 7;
+  Event fill = full.rig.queues[0]->enqueue_fill(third, &v, 1, 0, 4096).value();
+  EXPECT_EQ(fill.wait(), cl::kComplete) << fill.error_message();
+  const ContextStats st = full.rig.ctx->stats();
+  EXPECT_EQ(st.write_backs, 2u) << "one failed, one made again";
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.bytes_lost, 0u);
+  EXPECT_EQ(read_all(*full.rig.queues[0], full.dirty[0]), full.content);
+  EXPECT_EQ(read_all(*full.rig.queues[0], full.dirty[1]), full.content);
+}
+
+// When it never succeeds, the command that needed the room fails with an
+// allocation failure, and the bytes are where they were.
+TEST(Runtime, AnEvictionWhoseWriteBackNeverSucceedsFailsTheCommandAndLosesNothing) {
+  drivers::SimOptions o;
+  o.fail_transfer_number = 1;
+  o.fault_burst = 1000;
+  FullDevice full(o);
+  Buffer third = buffer(*full.rig.ctx, 4096);
+  const std::uint8_t v = 7;
+  auto r = full.rig.queues[0]->enqueue_fill(third, &v, 1, 0, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  EXPECT_NE(r.error().message.find("written back"), std::string::npos) << r.error().message;
+  const ContextStats st = full.rig.ctx->stats();
+  EXPECT_EQ(st.evictions, 0u);
+  EXPECT_EQ(st.bytes_lost, 0u);
+  for (const Buffer& b : full.dirty) {
+    EXPECT_EQ(full.rig.queues[0]->enqueue_kernel(expect_bytes(full.content), std::vector<KernelArg>{{b, Access::read}})
+                  .value()
+                  .wait(),
+              cl::kComplete)
+        << "the bytes stayed on the device";
+  }
+}
+
 TEST(Runtime, HostDeviceNeedsNoMigrationToTheHost) {
   Rig rig = make_rig(0, {}, true);
   ASSERT_EQ(rig.ctx->device_count(), 1u);
