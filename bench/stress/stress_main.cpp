@@ -806,7 +806,7 @@ int main(int argc, char** argv) {
   std::printf("  migrated %" PRIu64 " bytes = %.2fx the minimum necessary (%" PRIu64 "); copies: %" PRIu64
               " device-to-device, %" PRIu64 " to host, %" PRIu64 " from host\n",
               st.bytes_migrated, ratio, s.min_bytes.load(), st.copies_direct, st.copies_to_host, st.copies_from_host);
-  std::printf("  evictions %" PRIu64 " (%" PRIu64 " with write-back); %" PRIu64
+  std::printf("  evictions %" PRIu64 ", write-backs %" PRIu64 "; %" PRIu64
               " buffers released with commands queued and made anew\n",
               st.evictions, st.write_backs, s.renewed_buffers.load());
   for (std::size_t d = 0; d < st.devices.size(); ++d) {
