@@ -56,6 +56,7 @@ struct Task {
 /// same bytes.
 struct Faults {
   double cancel = 0, fail = 0, resource = 0;
+  bool report_failed = false;
 };
 
 /// A buffer's host-side object (the cookie).
@@ -88,6 +89,8 @@ class ByteHost final : public Host {
   EventStatus status(Event e) const noexcept override {
     const Task& t = *static_cast<const Task*>(e);
     if (!t.done) return EventStatus::running;
+    // Like PoCL, which keeps no record of whether a failed command started.
+    if (faults.report_failed && t.outcome == EventStatus::cancelled) return EventStatus::failed;
     return t.outcome;
   }
 

@@ -16,9 +16,18 @@
 //
 //   memlayer-cl-stress [--ops N] [--seed S] [--buffers B] [--elements E]
 //                      [--queues-per-device Q] [--sub-buffers 0|1|2]
+//                      [--faults 0|1]
 // --sub-buffers: 1 (default) the quarters and the overlapping halves, 2 the
 // quarters only, 0 none (whole buffers only).
-// Exit status: 0 when every check passed, 1 on a mismatch, 2 on an error.
+// --faults 1: the devices inject faults (the memlayer driver's
+// transfer_faults parameter), so commands fail. A failed command fails what
+// waits for it, and its bytes are undefined; once the program sees a
+// quarter's last command failed, it forgets that quarter (its elements are
+// unknown until written again) and stops waiting for the failed chain, as an
+// application that handles errors would. Every read of known elements is
+// still checked, and at least one command must have failed.
+// Exit status: 0 when every check passed, 1 on a mismatch (or, with
+// --faults 1, when nothing failed), 2 on an error.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -59,6 +68,7 @@ struct Options {
   std::size_t elements = 1 << 15;  // uint32 per buffer; a multiple of 4 * 64
   unsigned queues_per_device = 2;
   unsigned sub_buffers = 1;
+  bool faults = false;
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -75,6 +85,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--elements" && v >= 256 && v % 256 == 0) o.elements = v;
     else if (a == "--queues-per-device" && v > 0) o.queues_per_device = static_cast<unsigned>(v);
     else if (a == "--sub-buffers" && v <= 2) o.sub_buffers = static_cast<unsigned>(v);
+    else if (a == "--faults" && v <= 1) o.faults = v == 1;
     else {
       std::fprintf(stderr, "bad option %s %s (see the header of cl_stress.cpp)\n", a.c_str(), argv[i]);
       return false;
@@ -95,13 +106,19 @@ struct View {
   [[nodiscard]] bool overlaps(const View& o) const { return parent == o.parent && q0 < o.q1 && o.q0 < q1; }
 };
 
-// A read whose expected bytes were fixed at enqueue time.
+// A read whose expected bytes were fixed at enqueue time (`known`: which
+// of them the model knows; with faults, some are undefined).
 struct PendingRead {
   Event done;
   std::vector<std::uint32_t> got;
   std::vector<std::uint32_t> expected;
+  std::vector<std::uint8_t> known;
   std::string what;
 };
+
+// An OpenCL error a failed command explains (with faults on), as opposed to
+// a misuse of the API (CL_INVALID_*: -30 to -72), which is always a bug.
+bool is_command_failure(cl_int err) { return err < 0 && !(err <= -30 && err >= -72); }
 
 class Stress {
  public:
@@ -135,6 +152,15 @@ class Stress {
     std::printf("  ops: kernel %" PRIu64 ", local-memory kernel %" PRIu64 ", write %" PRIu64 ", read %" PRIu64
                 ", rect %" PRIu64 ", copy %" PRIu64 ", fill %" PRIu64 ", map %" PRIu64 ", migrate %" PRIu64 "\n",
                 count_[0], count_[1], count_[2], count_[3], count_[4], count_[5], count_[6], count_[7], count_[8]);
+    if (o_.faults) {
+      std::printf("  faults: %" PRIu64 " failed chains forgotten, %" PRIu64 " calls failed, %" PRIu64
+                  " reads failed; %" PRIu64 " elements checked\n",
+                  chains_failed_, calls_failed_, reads_failed_, elements_checked_);
+      if (chains_failed_ + calls_failed_ + reads_failed_ == 0) {
+        std::fprintf(stderr, "memlayer-cl-stress: --faults 1, but no command failed: is the fault injection on?\n");
+        return 1;
+      }
+    }
     return mismatches_ == 0 ? 0 : 1;
   }
 
@@ -161,10 +187,12 @@ class Stress {
       }
       parents_.emplace_back(clCreateBuffer(ctx_.get(), flags, bytes, host, &err));
       check(err, "clCreateBuffer");
-      if (kind == 2)
-        CL_CHECK(clEnqueueWriteBuffer(queues_[0].get(), parents_.back().get(), CL_TRUE, 0, bytes, init.data(), 0,
-                                      nullptr, nullptr));
+      const bool written = kind != 2 || !call_failed(clEnqueueWriteBuffer(queues_[0].get(), parents_.back().get(),
+                                                                          CL_TRUE, 0, bytes, init.data(), 0, nullptr,
+                                                                          nullptr),
+                                                     "clEnqueueWriteBuffer");
       model_.push_back(std::move(init));
+      known_.emplace_back(o_.elements, written ? 1 : 0);
       last_.emplace_back();
       views_.push_back(View{b, 0, o_.elements, parents_.back().get(), 0, 4});
       if (o_.sub_buffers == 0) continue;
@@ -189,11 +217,13 @@ class Stress {
   cl_command_queue any_queue() { return queues_[pick(queues_.size())].get(); }
 
   // The wait list for a command on these views: the last events of the
-  // quarters they cover.
+  // quarters they cover (a quarter whose last command failed is forgotten
+  // first: forget_failed()).
   std::vector<cl_event> deps(std::initializer_list<const View*> views) {
     std::vector<cl_event> w;
     for (const View* v : views)
       for (unsigned q = v->q0; q < v->q1; ++q) {
+        forget_failed(v->parent, q);
         cl_event e = last_[v->parent][q].get();
         if (e != nullptr && std::find(w.begin(), w.end(), e) == w.end()) w.push_back(e);
       }
@@ -207,6 +237,36 @@ class Stress {
       }
   }
   static const cl_event* list(const std::vector<cl_event>& w) { return w.empty() ? nullptr : w.data(); }
+
+  // With faults: when the last command on a quarter has failed, so has
+  // every command on it since its failure reached it (each waited for the
+  // one before), and what they were to write is undefined: the quarter's
+  // elements become unknown, and later commands no longer wait for the
+  // failed chain (they would fail with it).
+  void forget_failed(unsigned parent, unsigned q) {
+    if (!o_.faults || last_[parent][q].get() == nullptr) return;
+    cl_int status = CL_COMPLETE;
+    CL_CHECK(clGetEventInfo(last_[parent][q].get(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr));
+    if (status >= 0) return;
+    ++chains_failed_;
+    last_[parent][q].reset();
+    const std::size_t quarter = o_.elements / 4;
+    std::fill_n(known_[parent].begin() + static_cast<std::ptrdiff_t>(q * quarter), quarter, 0);
+  }
+  // With faults: true when `err` says the command failed (counted), else
+  // `err` must be CL_SUCCESS.
+  bool call_failed(cl_int err, const char* what) {
+    if (err == CL_SUCCESS) return false;
+    if (o_.faults && is_command_failure(err)) {
+      ++calls_failed_;
+      return true;
+    }
+    check(err, what);
+    return false;
+  }
+  void set_known(const View& v, std::size_t first, std::size_t count, std::uint8_t k) {
+    std::fill_n(known_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first), count, k);
+  }
 
   // A sub-range [first, first+count) of view v, in elements, aligned to `unit`.
   std::pair<std::size_t, std::size_t> range(const View& v, std::size_t unit = 1) {
@@ -255,7 +315,12 @@ class Stress {
     clReleaseEvent(e);
     std::vector<std::uint32_t> s(model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first),
                                  model_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first + dst.count));
-    for (std::size_t k = 0; k < dst.count; ++k) model_[dst.parent][dst.first + k] = s[k] * mul + add;
+    std::vector<std::uint8_t> ks(known_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first),
+                                 known_[src->parent].begin() + static_cast<std::ptrdiff_t>(src->first + dst.count));
+    for (std::size_t k = 0; k < dst.count; ++k) {
+      model_[dst.parent][dst.first + k] = s[k] * mul + add;
+      known_[dst.parent][dst.first + k] = ks[k];
+    }
   }
 
   void kernel_reverse() {
@@ -282,9 +347,13 @@ class Stress {
     clReleaseEvent(e);
     const auto& s = model_[src->parent];
     auto& d = model_[dst.parent];
+    const auto& ks = known_[src->parent];
+    auto& kd = known_[dst.parent];
     for (std::size_t g = 0; g < dst.count / group; ++g)
-      for (std::size_t l = 0; l < group; ++l)
+      for (std::size_t l = 0; l < group; ++l) {
         d[dst.first + g * group + l] = s[src->first + g * group + (group - 1 - l)] ^ x;
+        kd[dst.first + g * group + l] = ks[src->first + g * group + (group - 1 - l)];
+      }
   }
 
   void write() {
@@ -296,29 +365,41 @@ class Stress {
     const bool blocking = pick(2) == 0;
     auto w = deps({&v});
     cl_event e = nullptr;
-    CL_CHECK(clEnqueueWriteBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
-                                  data->data(), static_cast<cl_uint>(w.size()), list(w), &e));
+    const cl_int err = clEnqueueWriteBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
+                                            data->data(), static_cast<cl_uint>(w.size()), list(w), &e);
+    if (call_failed(err, "clEnqueueWriteBuffer")) {  // a blocking write that failed: its range is undefined
+      if (e != nullptr) clReleaseEvent(e);
+      set_known(v, first, count, 0);
+      return;
+    }
     became_last({&v}, e);
     if (!blocking) keep_alive_.push_back({Event(e), data});
     else clReleaseEvent(e);
     std::copy(data->begin(), data->end(), model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first));
+    set_known(v, first, count, 1);
   }
 
   void read(std::uint64_t i) {
     ++count_[3];
     const View& v = any_view();
     auto [first, count] = range(v);
+    auto w = deps({&v});  // first: it may forget a failed quarter
     PendingRead r;
     r.got.resize(count);
     r.expected.assign(model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first),
                       model_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first + count));
+    r.known.assign(known_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first),
+                   known_[v.parent].begin() + static_cast<std::ptrdiff_t>(v.first + first + count));
     r.what = "op " + std::to_string(i) + ": read of buffer " + std::to_string(v.parent) + " elements [" +
              std::to_string(v.first + first) + ", +" + std::to_string(count) + ")";
     const bool blocking = pick(2) == 0;
-    auto w = deps({&v});
     cl_event e = nullptr;
-    CL_CHECK(clEnqueueReadBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
-                                 r.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
+    const cl_int err = clEnqueueReadBuffer(any_queue(), v.mem, blocking ? CL_TRUE : CL_FALSE, first * 4, count * 4,
+                                           r.got.data(), static_cast<cl_uint>(w.size()), list(w), &e);
+    if (call_failed(err, "clEnqueueReadBuffer")) {  // a blocking read that failed: nothing to check
+      if (e != nullptr) clReleaseEvent(e);
+      return;
+    }
     became_last({&v}, e);
     r.done = Event(e);
     reads_.push_back(std::move(r));
@@ -348,13 +429,20 @@ class Stress {
       became_last({&v}, e);
       keep_alive_.push_back({Event(e), data});
       for (std::size_t r = 0; r < nrows; ++r)
-        for (std::size_t c = 0; c < ncols; ++c) m[v.first + (r0 + r) * row + c0 + c] = (*data)[r * host_row + 1 + c];
+        for (std::size_t c = 0; c < ncols; ++c) {
+          m[v.first + (r0 + r) * row + c0 + c] = (*data)[r * host_row + 1 + c];
+          known_[v.parent][v.first + (r0 + r) * row + c0 + c] = 1;
+        }
     } else {
       PendingRead rd;
       rd.got.assign(host_row * nrows, 0xdeadbeef);
       rd.expected = rd.got;
+      rd.known.assign(rd.got.size(), 1);  // the host rows' padding stays as it was
       for (std::size_t r = 0; r < nrows; ++r)
-        for (std::size_t c = 0; c < ncols; ++c) rd.expected[r * host_row + 1 + c] = m[v.first + (r0 + r) * row + c0 + c];
+        for (std::size_t c = 0; c < ncols; ++c) {
+          rd.expected[r * host_row + 1 + c] = m[v.first + (r0 + r) * row + c0 + c];
+          rd.known[r * host_row + 1 + c] = known_[v.parent][v.first + (r0 + r) * row + c0 + c];
+        }
       rd.what = "op " + std::to_string(i) + ": rect read of buffer " + std::to_string(v.parent);
       CL_CHECK(clEnqueueReadBufferRect(any_queue(), v.mem, CL_FALSE, buffer_origin, host_origin, region, row * 4, 0,
                                        host_row * 4, 0, rd.got.data(), static_cast<cl_uint>(w.size()), list(w), &e));
@@ -379,6 +467,8 @@ class Stress {
     clReleaseEvent(e);
     std::copy_n(model_[src.parent].begin() + static_cast<std::ptrdiff_t>(src.first + so), n,
                 model_[dst.parent].begin() + static_cast<std::ptrdiff_t>(dst.first + d_o));
+    std::copy_n(known_[src.parent].begin() + static_cast<std::ptrdiff_t>(src.first + so), n,
+                known_[dst.parent].begin() + static_cast<std::ptrdiff_t>(dst.first + d_o));
   }
 
   void fill() {
@@ -393,6 +483,7 @@ class Stress {
     became_last({&v}, e);
     clReleaseEvent(e);
     for (std::size_t k = 0; k < count; ++k) model_[v.parent][v.first + first + k] = pattern[k % 2];
+    set_known(v, first, count, 1);
   }
 
   void map() {
@@ -406,19 +497,26 @@ class Stress {
     cl_command_queue q = any_queue();
     auto* p = static_cast<std::uint32_t*>(clEnqueueMapBuffer(q, v.mem, CL_TRUE, flags, first * 4, count * 4,
                                                              static_cast<cl_uint>(w.size()), list(w), nullptr, &err));
-    check(err, "clEnqueueMapBuffer");
+    if (call_failed(err, "clEnqueueMapBuffer")) return;  // a failed map maps nothing
     auto& m = model_[v.parent];
     if (kind == 0) {
       ++checked_;
-      if (!std::equal(p, p + count, m.begin() + static_cast<std::ptrdiff_t>(v.first + first))) {
-        ++mismatches_;
-        std::fprintf(stderr, "mismatch: read map of buffer %u [%zu, +%zu)\n", v.parent, v.first + first, count);
+      for (std::size_t k = 0; k < count; ++k) {
+        if (!known_[v.parent][v.first + first + k]) continue;
+        ++elements_checked_;
+        if (p[k] != m[v.first + first + k]) {
+          ++mismatches_;
+          std::fprintf(stderr, "mismatch: read map of buffer %u [%zu, +%zu) at %zu\n", v.parent, v.first + first,
+                       count, k);
+          break;
+        }
       }
     } else {
       for (std::size_t k = 0; k < count; ++k) {
         p[k] = static_cast<std::uint32_t>(rng_());
         m[v.first + first + k] = p[k];
       }
+      set_known(v, first, count, 1);
     }
     cl_event e = nullptr;
     CL_CHECK(clEnqueueUnmapMemObject(q, v.mem, p, 0, nullptr, &e));
@@ -443,15 +541,16 @@ class Stress {
     for (std::size_t k = 0; k < n && !reads_.empty(); ++k) {
       PendingRead& r = reads_.front();
       cl_event e = r.done.get();
-      CL_CHECK(clWaitForEvents(1, &e));
-      ++checked_;
-      if (r.got != r.expected) {
-        ++mismatches_;
-        std::size_t at = 0;
-        while (r.got[at] == r.expected[at]) ++at;
-        std::fprintf(stderr, "mismatch: %s: element %zu is %08x, expected %08x\n", r.what.c_str(), at, r.got[at],
-                     r.expected[at]);
+      cl_int status = CL_COMPLETE;
+      if (call_failed(clWaitForEvents(1, &e), "clWaitForEvents") ||
+          (CL_CHECK(clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr)),
+           status < 0)) {
+        ++reads_failed_;  // it failed: nothing to check
+        reads_.pop_front();
+        continue;
       }
+      ++checked_;
+      check_elements(r.got, r.expected, r.known, r.what.c_str());
       reads_.pop_front();
     }
     while (!keep_alive_.empty()) {  // host data of finished non-blocking writes
@@ -463,17 +562,33 @@ class Stress {
     }
   }
 
+  // The known elements of `got`; the first mismatch is reported.
+  void check_elements(const std::vector<std::uint32_t>& got, const std::vector<std::uint32_t>& expected,
+                      const std::vector<std::uint8_t>& known, const char* what) {
+    for (std::size_t at = 0; at < got.size(); ++at) {
+      if (!known[at]) continue;
+      ++elements_checked_;
+      if (got[at] == expected[at]) continue;
+      ++mismatches_;
+      std::fprintf(stderr, "mismatch: %s: element %zu is %08x, expected %08x\n", what, at, got[at], expected[at]);
+      return;
+    }
+  }
+
   // Each whole buffer, read on a device chosen at random, against the model.
   void final_check() {
     for (unsigned b = 0; b < o_.buffers; ++b) {
+      for (unsigned q = 0; q < 4; ++q) forget_failed(b, q);
       std::vector<std::uint32_t> got(o_.elements);
-      CL_CHECK(clEnqueueReadBuffer(any_queue(), parents_[b].get(), CL_TRUE, 0, o_.elements * 4, got.data(), 0,
-                                   nullptr, nullptr));
-      ++checked_;
-      if (got != model_[b]) {
-        ++mismatches_;
-        std::fprintf(stderr, "mismatch: final content of buffer %u\n", b);
+      if (call_failed(clEnqueueReadBuffer(any_queue(), parents_[b].get(), CL_TRUE, 0, o_.elements * 4, got.data(), 0,
+                                          nullptr, nullptr),
+                      "clEnqueueReadBuffer")) {
+        std::fprintf(stderr, "memlayer-cl-stress: the final read of buffer %u failed (a fault in the read itself?)\n", b);
+        continue;
       }
+      ++checked_;
+      const std::string what = "final content of buffer " + std::to_string(b);
+      check_elements(got, model_[b], known_[b], what.c_str());
     }
   }
 
@@ -491,10 +606,12 @@ class Stress {
   std::vector<Mem> subs_;
   std::vector<View> views_;
   std::vector<std::vector<std::uint32_t>> model_;
+  std::vector<std::vector<std::uint8_t>> known_;  // per element: 0 once a failure made it undefined
   std::vector<std::array<Event, 4>> last_;  // per parent, per quarter
   std::deque<PendingRead> reads_;
   std::deque<std::pair<Event, std::shared_ptr<std::vector<std::uint32_t>>>> keep_alive_;
-  std::uint64_t checked_ = 0, mismatches_ = 0;
+  std::uint64_t checked_ = 0, mismatches_ = 0, elements_checked_ = 0;
+  std::uint64_t chains_failed_ = 0, calls_failed_ = 0, reads_failed_ = 0;  // with --faults 1
   std::array<std::uint64_t, 9> count_{};
 };
 

@@ -56,6 +56,7 @@ bool finished(cl_event e) {
   // CL_COMPLETE is 0, failures are negative; status only decreases.
   return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
 }
+bool completed(cl_event e) { return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) == CL_COMPLETE; }
 
 // ---- engine choice ----------------------------------------------------------
 
@@ -331,7 +332,9 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   // PoCL frees a buffer's storage on a device only as a whole and cannot
   // fence its reuse: an eviction whose write-back can run now runs it here,
   // so the storage is free for the allocation that asked for room.
-  if (r.write_back && std::all_of(r.after.begin(), r.after.end(), [](Event e) { return ::finished(event_of(e)); })) {
+  // (Completed: a source whose maker failed since the plan is copied by a
+  // command that PoCL then fails.)
+  if (r.write_back && std::all_of(r.after.begin(), r.after.end(), [](Event e) { return completed(event_of(e)); })) {
     cl_device_id dev = cs_.device(r.src);
     dev->ops->read(dev->data, static_cast<char*>(mem->mem_host_ptr) + r.offset, &mem->device_ptrs[dev->global_mem_id],
                    mem, r.offset, r.size);
@@ -378,16 +381,16 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   return h;
 }
 
-// Adds `e` to a command's syncs unless the command waits for it anyway:
-// finished, or the last command of the same in-order queue (the queue orders
-// them; an event becomes a queue's last only once enqueued there, so a stale
-// read only costs a redundant sync).
+// Adds `e` to a command's syncs unless it has completed. One that failed
+// since the engine planned (it names no event that had failed then) is
+// synced all the same: pocl_create_event_sync then fails the command, which
+// must not run on what the failed one did not make (a copy into its
+// storage, say). Nor is the sync left to an in-order queue's order when `e`
+// is the queue's last command: PoCL forgets a queue's last command once it
+// ends, failed or not, so a command enqueued after that would not wait for
+// it, and would run although `e` failed.
 void sync_unless_implied(cl_event waiting, cl_event e) {
-  if (finished(e)) return;
-  cl_command_queue q = waiting->queue;
-  if (e->queue == q && (q->properties & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0 &&
-      __atomic_load_n(&q->last_event.event, __ATOMIC_ACQUIRE) == e)
-    return;
+  if (completed(e)) return;
   pocl_create_event_sync(waiting, e);
 }
 

@@ -245,31 +245,28 @@ int pocl_memlayer_migrate_d2d(MEMLAYER_MIGRATE_D2D_PARAMS) {
 }
 
 void pocl_memlayer_submit(_cl_command_node* node, cl_command_queue) {
-  // Called with the event locked; must unlock it.
-  // A dependency that had failed before the enqueue fails the command in
-  // PoCL's pocl_command_enqueue (patches/pocl-*-failed-dependency-fails-command.patch);
-  // one that failed while the command was being made is marked by notify().
-  cl_event event = node->sync.event.event;
+  // Called with the event locked; must unlock it. A command whose
+  // dependency failed (event->dependency_failed: before the enqueue, PoCL's
+  // pocl_command_enqueue fails it itself, patches/pocl-*-failed-dependency-fails-command.patch;
+  // while it was being made, notify() marked it) is failed by a worker once
+  // all its dependencies have ended (see notify()).
   memlayer::pocl::compat::mark_submitted(node);
-  if (event->dependency_failed && event->status > CL_COMPLETE) memlayer::pocl::compat::fail_at_submit(event);
-  else push_if_ready(node);
-  POCL_UNLOCK_OBJ(event);
+  push_if_ready(node);
+  POCL_UNLOCK_OBJ(node->sync.event.event);
 }
 
 void pocl_memlayer_notify(cl_device_id, cl_event event, cl_event finished) {
-  // Called with `event` locked when one of its dependencies finished. It
-  // may have failed already: another dependency failed first.
+  // Called with `event` locked, by PoCL's broadcast of `finished` (one of
+  // its dependencies), which holds `finished` locked too and names `event`
+  // without a reference. Failing `event` here would end it under that
+  // broadcast (a failed event is released as it ends: the broadcast would
+  // then touch a freed event, and so would the broadcasts of its other
+  // dependencies, which still name it: a use after free). So a failed
+  // dependency only marks it; once its last dependency has ended, it goes
+  // to a worker, which fails it instead of running it
+  // (MemlayerDevice::worker).
   if (event->status <= CL_COMPLETE) return;
-  if (finished->status < CL_COMPLETE && !memlayer::pocl::compat::is_submitted(event->command)) {
-    // Still being made (PoCL 7.1 finishes migrations while it makes the
-    // command): not in its queue yet, so it cannot fail now. submit() will.
-    event->dependency_failed = 1;
-    return;
-  }
-  if (finished->status < CL_COMPLETE) {
-    memlayer::pocl::compat::fail_from_notify(event, finished);
-    return;
-  }
+  if (finished->status < CL_COMPLETE) event->dependency_failed = 1;
   push_if_ready(event->command);
 }
 

@@ -106,7 +106,11 @@ void MemlayerDevice::worker(unsigned index) {
     _cl_command_node* node = front.node;
     queue_.pop_front();
     lock.unlock();
-    if (node->type == CL_COMMAND_NDRANGE_KERNEL) {
+    if (node->sync.event.event->dependency_failed) {
+      // A dependency failed (driver_ops.cpp: notify): fail it, unrun. Here,
+      // not in notify: every dependency has ended, so nothing names it.
+      compat::fail_event(node->sync.event.event, "memlayer: a command it depends on failed");
+    } else if (node->type == CL_COMMAND_NDRANGE_KERNEL) {
       cl_event event = node->sync.event.event;
       pocl_update_event_running(event);
       if (auto run = prepare_kernel(node)) {

@@ -22,6 +22,9 @@ extern "C" {
 }
 #else
 #include "builtin_kernels.hh"
+// libpocl's clReleaseEvent, by its exported (C) name: its headers declare
+// it without C linkage for C++, so the name would be mangled.
+extern "C" cl_int memlayer_release_event(cl_event event) __asm__("POclReleaseEvent");
 #endif
 
 // Driver entry points whose signatures differ (prototypes.inc declares them).
@@ -121,41 +124,22 @@ inline bool is_submitted(const _cl_command_node* node) {
 #endif
 }
 
-/// notify(): `finished`, a dependency of `event`, failed; both are locked.
-inline void fail_from_notify(cl_event event, cl_event finished) {
-#if MEMLAYER_POCL_MAJOR >= 7
-  // 7.1 locks the command queue while failing an event: let go of the
-  // finished event first, and take both back in PoCL's order.
-  pocl_unlock_events_inorder(event, finished);
-  pocl_update_event_failed(CL_FAILED, nullptr, 0, event, nullptr);
-  pocl_lock_events_inorder(finished, event);
-#else
-  (void)finished;
-  pocl_update_event_failed(event);
-#endif
-}
-
-/// submit(): `event` (locked) is marked dependency_failed: a dependency
-/// failed while the command was being made (notify() came early). Fails it.
-inline void fail_at_submit(cl_event event) {
-#if MEMLAYER_POCL_MAJOR >= 7
-  POCL_UNLOCK_OBJ(event);
-  pocl_update_event_failed(CL_FAILED, nullptr, 0, event, nullptr);
-  POCL_LOCK_OBJ(event);
-#else
-  pocl_update_event_failed(event);
-#endif
-}
-
-/// Fails a running command's event (not locked by the caller).
+/// Fails a command's event (not locked by the caller) that a worker took:
+/// submitted, every dependency ended. The event may be freed by the time
+/// this returns (ending it drops the queue's reference): the caller must
+/// not touch it after. (3.1's pocl_update_event_failed() takes the event
+/// locked and locks it again after ending it, a use after free when that
+/// dropped the last reference: a reference of ours keeps it until then.)
 inline void fail_event(cl_event event, const char* message) {
 #if MEMLAYER_POCL_MAJOR >= 7
   POCL_UPDATE_EVENT_FAILED_MSG(CL_FAILED, event, message);
 #else
   (void)message;
   POCL_LOCK_OBJ(event);
+  ++event->pocl_refcount;
   pocl_update_event_failed(event);
   POCL_UNLOCK_OBJ(event);
+  memlayer_release_event(event);
 #endif
 }
 
