@@ -554,6 +554,52 @@ TEST(Runtime, AnEvictionWhoseWriteBackNeverSucceedsFailsTheCommandAndLosesNothin
   }
 }
 
+// A write-back that takes longer than ContextOptions::room_wait (a device
+// whose transfers hang, say) fails the enqueue that waits for it, rather
+// than holding the application's thread.
+TEST(Runtime, AnEnqueueWaitsForAWriteBackAtMostRoomWait) {
+  drivers::SimOptions o;
+  o.memory_size = 8192;
+  o.host_link = runtime::LinkCost{1.0, 12e9};  // a second per transfer
+  o.model_link_time = true;
+  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
+  ASSERT_TRUE(drivers::SimDevice::create(1, o, sims).ok());
+  std::vector<std::unique_ptr<DeviceDriver>> devices;
+  devices.push_back(std::move(sims[0]));
+  ContextOptions options;
+  options.room_wait = std::chrono::milliseconds(100);
+  auto made = Context::create(std::move(devices), options);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::shared_ptr<Context> ctx = made.value();
+  auto q = ctx->create_queue(0).value();
+  const auto data = pattern(4096, 13);
+  auto fill = [&data](std::span<void* const> p) {
+    std::memcpy(p[0], data.data(), data.size());
+    return Status{};
+  };
+  std::vector<Buffer> dirty;
+  for (int i = 0; i < 2; ++i) {
+    dirty.push_back(buffer(*ctx, 4096));
+    ASSERT_EQ(q->enqueue_kernel(fill, std::vector<KernelArg>{{dirty.back(), Access::overwrite}}).value().wait(),
+              cl::kComplete);
+  }
+  Buffer third = buffer(*ctx, 4096);
+  const std::uint8_t v = 7;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = q->enqueue_fill(third, &v, 1, 0, 4096);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  EXPECT_NE(r.error().message.find("did not finish within 100 ms"), std::string::npos) << r.error().message;
+  EXPECT_LT(waited, std::chrono::milliseconds(900)) << "it waited for the write-back itself";
+  EXPECT_EQ(ctx->stats().bytes_lost, 0u);
+  // A write of the buffer being written back waits for that copy (it reads
+  // the bytes): nothing is in flight once it has run.
+  EXPECT_EQ(q->enqueue_kernel(fill, std::vector<KernelArg>{{dirty[0], Access::overwrite}}).value().wait(),
+            cl::kComplete);
+  EXPECT_EQ(ctx->stats().write_backs, 1u);
+}
+
 TEST(Runtime, HostDeviceNeedsNoMigrationToTheHost) {
   Rig rig = make_rig(0, {}, true);
   ASSERT_EQ(rig.ctx->device_count(), 1u);
