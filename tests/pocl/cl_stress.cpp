@@ -497,7 +497,12 @@ class Stress {
     cl_command_queue q = any_queue();
     auto* p = static_cast<std::uint32_t*>(clEnqueueMapBuffer(q, v.mem, CL_TRUE, flags, first * 4, count * 4,
                                                              static_cast<cl_uint>(w.size()), list(w), nullptr, &err));
-    if (call_failed(err, "clEnqueueMapBuffer")) return;  // a failed map maps nothing
+    if (call_failed(err, "clEnqueueMapBuffer")) {
+      // A map the host may write is a write of its range (from the map on):
+      // failed, it leaves that range undefined where it ran.
+      if (kind != 0) set_known(v, first, count, 0);
+      return;
+    }
     auto& m = model_[v.parent];
     if (kind == 0) {
       ++checked_;

@@ -138,12 +138,21 @@ class PoclHost final : public memlayer::engine::Host {
   void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
   void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
   // PoCL keeps no record of whether a failed command had started (its
-  // time_start only with profiling): every failure counts as `failed`, the
-  // safe side (engine/host.hpp).
+  // time_start only with profiling). `dependency_failed` (our patches'
+  // field) marks the commands that failed without running: a dependency
+  // had failed (PoCL fails them at enqueue, the memlayer driver in its
+  // worker), or the memlayer driver failed a transfer before starting it.
+  // Those are `cancelled`: they wrote nothing, so the content before them
+  // stays valid where it was, their own location included. Any other
+  // failure is `failed`, the safe side (engine/host.hpp). The flag is set
+  // before the event's status turns negative, both under the event's lock.
   memlayer::engine::EventStatus status(Event e) const noexcept override {
-    const cl_int s = __atomic_load_n(&event_of(e)->status, __ATOMIC_ACQUIRE);
+    cl_event ev = event_of(e);
+    const cl_int s = __atomic_load_n(&ev->status, __ATOMIC_ACQUIRE);
     if (s > CL_COMPLETE) return memlayer::engine::EventStatus::running;
-    return s == CL_COMPLETE ? memlayer::engine::EventStatus::completed : memlayer::engine::EventStatus::failed;
+    if (s == CL_COMPLETE) return memlayer::engine::EventStatus::completed;
+    return __atomic_load_n(&ev->dependency_failed, __ATOMIC_ACQUIRE) ? memlayer::engine::EventStatus::cancelled
+                                                                       : memlayer::engine::EventStatus::failed;
   }
 
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override;
@@ -381,6 +390,57 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   return h;
 }
 
+// A command whose wait list held an event that had failed already is failed
+// by PoCL's pocl_command_enqueue at once
+// (patches/pocl-*-failed-dependency-fails-command.patch), even while another
+// of its dependencies is still pending. That dependency's notify list still
+// names it, without a reference: once ending it dropped the last reference,
+// the later broadcast would lock a freed event (PTHREAD ERROR in
+// pocl_lock_events_inorder). Such an event is held here until its wait list
+// is empty; each enqueue lets go of those whose lists have emptied.
+class HeldFailures {
+ public:
+  // Call with the command made and its syncs created, before it is enqueued.
+  void hold_if_failing_early(cl_event e) {
+    POCL_LOCK_OBJ(e);
+    const bool hold = e->dependency_failed && e->wait_list != nullptr;
+    if (hold) ++e->pocl_refcount;
+    POCL_UNLOCK_OBJ(e);
+    if (!hold) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_.push_back(e);
+    count_.store(held_.size(), std::memory_order_release);
+  }
+  // Releases the held events whose dependencies have all ended. O(1) when
+  // none is held.
+  void release_settled() {
+    if (count_.load(std::memory_order_acquire) == 0) return;
+    std::vector<cl_event> done;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::erase_if(held_, [&](cl_event e) {
+        POCL_LOCK_OBJ(e);
+        const bool settled = e->wait_list == nullptr;
+        POCL_UNLOCK_OBJ(e);
+        if (settled) done.push_back(e);
+        return settled;
+      });
+      count_.store(held_.size(), std::memory_order_release);
+    }
+    for (cl_event e : done) POname(clReleaseEvent)(e);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<cl_event> held_;
+  std::atomic<std::size_t> count_{0};
+};
+
+HeldFailures& held_failures() {
+  static HeldFailures* held = new HeldFailures;  // never destroyed: workers may outlive static destructors
+  return *held;
+}
+
 // Adds `e` to a command's syncs unless it has completed. One that failed
 // since the engine planned (it names no event that had failed then) is
 // synced all the same: pocl_create_event_sync then fails the command, which
@@ -398,6 +458,7 @@ void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
   for (Event d : deps) sync_unless_implied(ev, event_of(d));
+  held_failures().hold_if_failing_early(ev);
   pocl_command_enqueue(ev->queue, node);
   POname(clReleaseEvent)(ev);  // the handle's reference; the engine holds its own
 }
@@ -609,6 +670,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
                               cl_event* event_p, cl_uint num_events, const cl_event* wait_list, size_t num_buffers,
                               cl_mem* buffers, const char* readonly_flags, const ml_use* uses,
                               cl_mem_migration_flags mig_flags) {
+  held_failures().release_settled();
   if (num_buffers == 0)
     return pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list, 0, nullptr);
 
@@ -680,6 +742,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   for (cl_uint i = 0; i < num_events; ++i) pocl_create_event_sync(final_event, wait_list[i]);
   for (Event w : sc.submission.waits()) sync_unless_implied(final_event, event_of(w));
   sc.submission.clear();
+  held_failures().hold_if_failing_early(final_event);
   return CL_SUCCESS;
 }
 

@@ -130,7 +130,13 @@ void MemlayerDevice::worker(unsigned index) {
       }
       POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel (empty) ");
     } else if (inject_transfer_fault(node->type)) {
-      compat::fail_event(node->sync.event.event, "memlayer: transfer failed (injected: transfer_faults)");
+      // Failed before it started: marked as a command that did not run,
+      // which memlayer's engine reads as cancelled (PoclHost::status).
+      cl_event event = node->sync.event.event;
+      POCL_LOCK_OBJ(event);
+      event->dependency_failed = 1;
+      POCL_UNLOCK_OBJ(event);
+      compat::fail_event(event, "memlayer: transfer failed (injected: transfer_faults)");
     } else {
       pocl_exec_command(node);
     }
