@@ -129,7 +129,7 @@ void MemlayerDevice::worker(unsigned index) {
         continue;
       }
       POCL_UPDATE_EVENT_COMPLETE_MSG(event, "NDRange Kernel (empty) ");
-    } else if (inject_transfer_fault(node->type)) {
+    } else if (transfer_fails(node)) {
       // Failed before it started: marked as a command that did not run,
       // which memlayer's engine reads as cancelled (PoclHost::status).
       cl_event event = node->sync.event.event;
@@ -142,6 +142,14 @@ void MemlayerDevice::worker(unsigned index) {
     }
     lock.lock();
   }
+}
+
+bool MemlayerDevice::transfer_fails(const _cl_command_node* node) {
+  const bool migration =
+      node->type == CL_COMMAND_MIGRATE_MEM_OBJECTS && node->command.migrate.type != ENQUEUE_MIGRATE_TYPE_NOP;
+  for (int tries = migration ? kMigrationTries : 1; tries > 0; --tries)
+    if (!inject_transfer_fault(node->type)) return false;
+  return true;
 }
 
 bool MemlayerDevice::inject_transfer_fault(cl_command_type type) {

@@ -86,6 +86,12 @@ class MemlayerDevice {
   // Fault injection (DriverParameters::transfer_faults): true when this
   // transfer command is to fail. Deterministic in the seed and the count.
   bool inject_transfer_fault(cl_command_type type);
+  // Whether transfer command `node` fails, after its tries: a migration
+  // (what a migration engine makes to keep copies coherent) is tried up to
+  // kMigrationTries times, as memlayer's runtime tries its hidden copies
+  // (doc/runtime.md, failures); a user's own transfer once.
+  bool transfer_fails(const _cl_command_node* node);
+  static constexpr int kMigrationTries = 3;
 
   cl_device_id device_;
   DriverParameters params_;
