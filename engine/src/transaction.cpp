@@ -279,14 +279,11 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
     victim->versions_.plan_evict(loc, host_.cost_model(), plan);
     if (!plan.copies.empty()) return Evicted::writing_back;
   }
-  if (!plan.copies.empty() && place(*victim, kHost, true)) return Evicted::nothing;
-
-  const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
-  for (const migration::Copy& c : plan.copies) {
-    if (!create_copy(*victim, c, first_event, true)) {
-      s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
-      return Evicted::nothing;
-    }
+  std::size_t first_event = s_.copy_events.size();
+  if (!plan.copies.empty()) {
+    const auto made = make_write_backs(*victim, plan);
+    if (!made) return Evicted::nothing;
+    first_event = *made;
   }
   Storage& st = victim->storage(loc);
   s_.after.assign(st.users.begin(), st.users.end());
@@ -301,29 +298,38 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);
-  for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
-  count_write_back(plan);
   engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   return Evicted::freed;
 }
 
-// Copies the bytes of `victim` at `loc` valid nowhere else to its host copy,
-// as `plan` (plan_evict) says, keeping the storage: the buffer is evicted
-// once they have completed, and a write-back that fails leaves the bytes
-// where they are (the next eviction writes them back again). The
-// write-backs are started with this enqueue's copies, whatever becomes of
-// it, and are what a device_busy failure waits for. False when a copy could
-// not be made (nothing recorded then).
-bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan& plan) {
-  if (place(victim, kHost, true)) return false;
+// Makes the write-backs of `plan` (plan_evict's copies of the bytes of
+// `victim` valid nowhere else, to its host copy, placed here if need be).
+// They start with this enqueue's copies, whatever becomes of it: the caller
+// commits them at once. Returns the index of their first event in
+// s_.copy_events; nullopt when one could not be made (none starts then).
+std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const migration::Plan& plan) {
+  if (place(victim, kHost, true)) return std::nullopt;
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
     if (!create_copy(victim, c, first_event, true)) {
       s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
-      return false;
+      return std::nullopt;
     }
   }
-  const auto events = std::span(s_.copy_events).subspan(first_event);
+  for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  count_write_back(plan);
+  return first_event;
+}
+
+// Writes back the bytes of `victim` at `loc` valid nowhere else, keeping the
+// storage: the buffer is evicted once they have completed, and a
+// write-back that fails leaves the bytes where they are (the next eviction
+// writes them back again). The write-backs are what a device_busy failure
+// waits for. False when a copy could not be made (nothing recorded then).
+bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan& plan) {
+  const auto first_event = make_write_backs(victim, plan);
+  if (!first_event) return false;
+  const auto events = std::span(s_.copy_events).subspan(*first_event);
   victim.versions_.commit_write_back(plan, events);
   Storage& st = victim.storage(loc);
   for (Event e : events) {
@@ -335,9 +341,7 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
     hold(e);
     s_.room_after.push_back(e);
   }
-  s_.copy_events.resize(first_event);
-  for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
-  count_write_back(plan);
+  s_.copy_events.resize(*first_event);
   return true;
 }
 

@@ -71,6 +71,7 @@ class Transaction {
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
   Buffer* pick_victim(Location loc, bool clean_only);
+  std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
   std::optional<EnqueueError> plan_all();

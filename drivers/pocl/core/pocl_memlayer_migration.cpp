@@ -436,10 +436,7 @@ class HeldFailures {
   std::atomic<std::size_t> count_{0};
 };
 
-HeldFailures& held_failures() {
-  static HeldFailures* held = new HeldFailures;  // never destroyed: workers may outlive static destructors
-  return *held;
-}
+HeldFailures& held_failures();
 
 // Adds `e` to a command's syncs unless it has completed. One that failed
 // since the engine planned (it names no event that had failed then) is
@@ -449,7 +446,7 @@ HeldFailures& held_failures() {
 // is the queue's last command: PoCL forgets a queue's last command once it
 // ends, failed or not, so a command enqueued after that would not wait for
 // it, and would run although `e` failed.
-void sync_unless_implied(cl_event waiting, cl_event e) {
+void sync_unless_completed(cl_event waiting, cl_event e) {
   if (completed(e)) return;
   pocl_create_event_sync(waiting, e);
 }
@@ -457,7 +454,7 @@ void sync_unless_implied(cl_event waiting, cl_event e) {
 void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
-  for (Event d : deps) sync_unless_implied(ev, event_of(d));
+  for (Event d : deps) sync_unless_completed(ev, event_of(d));
   held_failures().hold_if_failing_early(ev);
   pocl_command_enqueue(ev->queue, node);
   POname(clReleaseEvent)(ev);  // the handle's reference; the engine holds its own
@@ -484,6 +481,12 @@ union Immortal {
   Immortal() : value() {}
   ~Immortal() {}
 };
+
+// Never destroyed, as the other globals here (Immortal, above).
+HeldFailures& held_failures() {
+  static Immortal<HeldFailures> held;
+  return held.value;
+}
 
 std::mutex g_context_mutex;
 Immortal<std::list<ContextState*>> g_live_contexts_storage;  // under g_context_mutex, for statistics
@@ -740,7 +743,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT)
     for (cl_mem mem : sc.mems) POname(clRetainMemObject)(mem);
   for (cl_uint i = 0; i < num_events; ++i) pocl_create_event_sync(final_event, wait_list[i]);
-  for (Event w : sc.submission.waits()) sync_unless_implied(final_event, event_of(w));
+  for (Event w : sc.submission.waits()) sync_unless_completed(final_event, event_of(w));
   sc.submission.clear();
   held_failures().hold_if_failing_early(final_event);
   return CL_SUCCESS;
