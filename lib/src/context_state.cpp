@@ -75,6 +75,10 @@ ContextState::ContextState(std::vector<std::unique_ptr<DeviceDriver>> drivers, c
   }
 }
 
+std::string ContextState::location_name(Location at) const {
+  return at == kHost ? std::string("the host") : by_location[at]->info().name;
+}
+
 ContextState::~ContextState() {
   for (auto& device : devices) device->stop();
 }
@@ -102,9 +106,8 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
     for (engine::Event e : sub.waits()) came = came && static_cast<EventState*>(e)->wait_until(deadline);
     sub.clear();
     if (!came) {
-      const std::string where = spec.at == kHost ? std::string("the host") : by_location[spec.at]->info().name;
       return Status::error(cl::kMemObjectAllocationFailure,
-                           where + ": no room for the command's buffers: the write-backs of the "
+                           location_name(spec.at) + ": no room for the command's buffers: the write-backs of the "
                            "buffers evicted for them did not finish within " + std::to_string(room_wait.count()) +
                            " ms (their queued commands may wait for this thread)");
     }

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "buffer_state.hpp"
@@ -73,6 +75,9 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   std::atomic<std::uint64_t> copies_resourced{0};  // ContextStats::copies_resourced
   std::atomic<std::uint64_t> next_buffer_id{1};    // Buffer::id()
   std::chrono::milliseconds room_wait;             // ContextOptions::room_wait
+
+  /// A location as messages name it: "the host" or the device's name.
+  std::string location_name(migration::Location at) const;
 
   /// The one enqueue path: the engine places, plans and copies; this adds
   /// the queue's order and starts the command. All or nothing.

@@ -23,10 +23,6 @@ std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::by
 // writes its whole destination range, so trying again is harmless.
 constexpr int kTransferAttempts = 3;
 
-std::string location_name(const ContextState& ctx, engine::Location l) {
-  return l == kHost ? std::string("the host") : ctx.by_location[l]->info().name;
-}
-
 // One transfer of bytes [offset, offset + n) of a buffer from storage
 // `from` at `src` to storage `to` at `dst`, by whichever driver moves them.
 Status transfer(const ContextState& ctx, engine::Location src, engine::StorageHandle from, engine::Location dst,
@@ -57,7 +53,7 @@ std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& 
       }
     }
     s.message = "buffer " + std::to_string(buffer_id) + ", bytes [" + std::to_string(offset) + ", " +
-                std::to_string(offset + n) + "): no copy could be moved to " + location_name(ctx, dst) + " (" +
+                std::to_string(offset + n) + "): no copy could be moved to " + ctx.location_name(dst) + " (" +
                 std::to_string(sources.size()) + (sources.size() == 1 ? " source" : " sources") + ", " +
                 std::to_string(kTransferAttempts) + " tries each); the last error: " + s.message;
     return s;
