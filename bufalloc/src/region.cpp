@@ -22,8 +22,8 @@ Region::Region(Region&&) noexcept = default;
 Region& Region::operator=(Region&&) noexcept = default;
 Region::~Region() = default;
 
-Result<BlockHandle> Region::allocate(Size size, Size alignment) { return core_->allocate(size, alignment); }
-Result<void> Region::free(BlockHandle block) { return core_->free(block); }
+// Region::allocate() and Region::free(BlockHandle) are defined in
+// region_core.cpp, where the engine's hot path is inlined into them.
 Result<void> Region::free(Address address) { return core_->free(address); }
 bool Region::indexes_addresses() const noexcept { return core_->indexes_addresses(); }
 void Region::reset() { core_->reset(); }

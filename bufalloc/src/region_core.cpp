@@ -204,7 +204,7 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   return BlockHandle{address, i, b.generation(), id_};
 }
 
-Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
+MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
   const Size g = granularity();
   if (size == 0) return Error{Errc::zero_size, size, alignment};
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
@@ -263,7 +263,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
   insert_free(start, merged_units);
 }
 
-Result<void> RegionCore::free(BlockHandle block) {
+MEMLAYER_HOT_INLINE Result<void> RegionCore::free(BlockHandle block) {
   if (block.region != id_ || block.index == kSentinel || block.index >= records_.made()) return handle_error(block);
   const BlockRecord& b = records_[block.index];
   if (b.kind() != RecordKind::live || b.generation() != block.generation || address_of(b) != block.address)
@@ -360,3 +360,13 @@ void RegionCore::walk(const std::function<void(const BlockInfo&)>& visit) const 
 }
 
 }  // namespace memlayer::bufalloc::detail
+
+namespace memlayer::bufalloc {
+
+// Defined here rather than in region.cpp so that the engine's hot path is
+// inlined into the public call: one call per operation, and the handle is
+// read where it arrives instead of being copied for a second call.
+Result<BlockHandle> Region::allocate(Size size, Size alignment) { return core_->allocate(size, alignment); }
+Result<void> Region::free(BlockHandle block) { return core_->free(block); }
+
+}  // namespace memlayer::bufalloc
