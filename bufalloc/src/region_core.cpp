@@ -204,7 +204,78 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   return BlockHandle{address, i, b.generation(), id_};
 }
 
+// carve() for the head of class c when no padding is needed (alignment at
+// most the granularity): the block stays where it starts, the rest after it
+// becomes a free block, and the head is popped without unlink_free()'s
+// middle-of-list cases.
+MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve_head(RecordIndex i, SizeClass c, std::uint64_t asize_units) {
+  const std::uint64_t block_units = units_of(records_[i]);
+  const std::uint64_t tail_units = block_units - asize_units;
+  RecordIndex tail = kSentinel;
+  if (tail_units != 0) tail = records_.acquire();
+  if (index_) [[unlikely]] {
+    try {
+      index_->reserve_one();
+    } catch (...) {
+      if (tail != kSentinel) records_.release(tail);
+      throw;
+    }
+  }
+
+  BlockRecord& b = records_[i];  // after acquire(), which may move the records
+  const RecordIndex after = b.next_free;
+  heads_[c.fl][c.sl] = after;
+  if (after != kSentinel) {
+    records_[after].prev_free = kSentinel;
+  } else {
+    sl_bitmap_[c.fl] &= ~(1u << c.sl);
+    if (sl_bitmap_[c.fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << c.fl);
+  }
+  --free_count_;
+  if ((block_units << glog_) == largest_cache_) largest_valid_ = false;
+
+  set_units(b, asize_units);
+  if (tail != kSentinel) {
+    BlockRecord& t = records_[tail];
+    t.offset = b.offset + asize_units;
+    t.prev_phys = i;
+    t.next_phys = b.next_phys;
+    records_[b.next_phys].prev_phys = tail;
+    b.next_phys = tail;
+    insert_free(tail, tail_units);
+  }
+  b.set_kind(RecordKind::live);
+  b.next_generation();
+  const Address address = address_of(b);
+  if (index_) [[unlikely]] index_->insert_reserved(address, i);
+  used_ += asize_units << glog_;
+  if (used_ > peak_) peak_ = used_;
+  ++live_;
+  return BlockHandle{address, i, b.generation(), id_};
+}
+
+// The common request: alignment no larger than the granularity (0 included),
+// which every block address already meets, so there is no padding to compute
+// and the block found is the head of its class (find_fast), which carve_head()
+// pops without the general unlink. Anything else, errors included, takes
+// allocate_general(), out of line so that it does not crowd this path.
 MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
+  if (alignment <= granularity() && (alignment & (alignment - 1)) == 0 && size != 0) [[likely]] {
+    // Rounded up without overflow: size - 1 cannot wrap here.
+    const std::uint64_t asize_units = ((size - 1) >> glog_) + 1;
+    if (asize_units <= units(size_)) [[likely]] {
+      SizeClass c{};
+      if (RecordIndex i = find_fast(asize_units, &c); i != kSentinel) [[likely]]
+        return carve_head(i, c, asize_units);
+    }
+  }
+  return allocate_general(size, alignment);
+}
+
+// Every request the fast path above did not serve: bad arguments, alignment
+// above the granularity, and the fallback search (the fast path's find_fast
+// found nothing, and finds nothing again here).
+[[gnu::noinline]] Result<BlockHandle> RegionCore::allocate_general(Size size, Size alignment) {
   const Size g = granularity();
   if (size == 0) return Error{Errc::zero_size, size, alignment};
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)

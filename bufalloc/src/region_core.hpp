@@ -49,6 +49,8 @@ class RegionCore {
   RecordIndex find_fast(std::uint64_t search_units, SizeClass* found) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
   BlockHandle carve(RecordIndex i, SizeClass c, std::uint64_t asize_units, Size alignment);
+  BlockHandle carve_head(RecordIndex i, SizeClass c, std::uint64_t asize_units);
+  Result<BlockHandle> allocate_general(Size size, Size alignment);
   void release_block(RecordIndex i, bool indexed) noexcept;
   Error handle_error(const BlockHandle& block) const noexcept;
   Error free_error(Address address) const noexcept;
