@@ -8,8 +8,8 @@
 //
 // The size is kept in 32 bits, in granules (16 TiB blocks at 4 KiB
 // granularity, 256 GiB at 64 B). A block too big for that says so
-// (kSizeFromNext), and its size is the next block's offset minus its own:
-// the sentinel's offset is the end of the space, so that always works. Only
+// (kSizeFromNext), and its size is the next block's address minus its own:
+// the sentinel's address is the end of the space, so that always works. Only
 // a few giant free blocks ever take that path; every common one reads its
 // size without touching a neighbour.
 #pragma once
@@ -21,7 +21,7 @@ namespace memlayer::bufalloc::detail {
 using RecordIndex = std::uint32_t;
 
 /// Record 0 is the sentinel: it stands before the first block and after the
-/// last (the address-order list is a ring through it), its offset is the end
+/// last (the address-order list is a ring through it), its address is the end
 /// of the space, and it is never free (so merging stops at both ends). As a
 /// free-list or spare-chain link, 0 means "none". No handle ever names it.
 inline constexpr RecordIndex kSentinel = 0;
@@ -41,11 +41,13 @@ inline constexpr std::uint32_t kSizeFromNext = ~std::uint32_t{0};
 inline constexpr std::uint32_t kGenerationMask = (std::uint32_t{1} << 30) - 1;
 
 struct BlockRecord {
-  std::uint64_t offset;  ///< granules from the region's base
+  /// The block's first byte, absolute: a handle's address is compared with
+  /// it and handed out as it is, with no base or granularity arithmetic.
+  std::uint64_t address;
   std::uint32_t size;    ///< granules, or kSizeFromNext
   /// generation << 2 | kind. The generation goes up each time the record
   /// becomes a live block, so a handle to an earlier block in this record no
-  /// longer matches (region_core.cpp's handle_error()).
+  /// longer matches (region_core.cpp's RegionCore::free(BlockHandle)).
   std::uint32_t tag;
   RecordIndex prev_phys;  ///< neighbours in address order (kSentinel at the ends)
   RecordIndex next_phys;
@@ -56,6 +58,17 @@ struct BlockRecord {
   void set_kind(RecordKind k) noexcept { tag = (tag & ~3u) | static_cast<std::uint32_t>(k); }
   [[nodiscard]] std::uint32_t generation() const noexcept { return tag >> 2; }
   void next_generation() noexcept { tag += 4u; }  // wraps modulo 2^30 by construction
+  /// set_kind(to) for a record known to be of kind `from`: one add on the
+  /// hot path instead of a mask and an or.
+  template <RecordKind from, RecordKind to>
+  void change_kind() noexcept {
+    tag += static_cast<std::uint32_t>(to) - static_cast<std::uint32_t>(from);
+  }
+  /// What the tag of the live block with this generation is. 64 bits wide so
+  /// that a generation with bits above the 30 kept never matches.
+  static constexpr std::uint64_t live_tag(std::uint32_t generation) noexcept {
+    return std::uint64_t{generation} << 2 | static_cast<std::uint32_t>(RecordKind::live);
+  }
 };
 
 static_assert(sizeof(BlockRecord) == 32, "two records per 64-byte cache line");

@@ -12,11 +12,11 @@ Result<void> RegionCore::check(std::string* what) const {
   const std::uint64_t made = records_.made();
 
   // 1. The blocks tile [base, base + size) in address order: a ring through
-  // the sentinel, offsets rising from 0 to the sentinel's, the end.
+  // the sentinel, addresses rising from base to the sentinel's, the end.
   const BlockRecord& end = records_[kSentinel];
-  if (end.kind() != RecordKind::sentinel || end.offset != units(size_)) return fail("sentinel record damaged");
+  if (end.kind() != RecordKind::sentinel || end.address != base_ + size_) return fail("sentinel record damaged");
   if (end.next_phys == kSentinel || end.next_phys >= made) return fail("no first block");
-  std::uint64_t expect = 0;
+  Address expect = base_;
   std::uint64_t blocks = 0, live = 0, free_blocks = 0;
   Size used = 0, largest = 0;
   RecordIndex prev = kSentinel;
@@ -25,12 +25,14 @@ Result<void> RegionCore::check(std::string* what) const {
     if (++blocks > made) return fail("more blocks in address order than records (cycle?)");
     const BlockRecord& b = records_[i];
     if (b.prev_phys != prev) return fail("broken address-order links");
-    if (b.offset != expect) return fail("gap or overlap at offset " + std::to_string(expect << glog_));
+    if (b.address != expect) return fail("gap or overlap at offset " + std::to_string(expect - base_));
     if (b.next_phys >= made) return fail("address-order link to a record never made");
-    const std::uint64_t next_offset = records_[b.next_phys].offset;
-    if (next_offset <= b.offset) return fail("block of zero or negative size");
-    if (b.size != kSizeFromNext ? b.size != next_offset - b.offset : next_offset - b.offset < kSizeFromNext)
-      return fail("stored block size disagrees with the next block's offset");
+    const Address next_address = records_[b.next_phys].address;
+    if (next_address <= b.address) return fail("block of zero or negative size");
+    if (((next_address - b.address) & (granularity() - 1)) != 0) return fail("block size not a multiple of the granularity");
+    const std::uint64_t span = units(next_address - b.address);
+    if (b.size != kSizeFromNext ? b.size != span : span < kSizeFromNext)
+      return fail("stored block size disagrees with the next block's address");
     const Size size = units_of(b) << glog_;
     if (b.kind() == RecordKind::free) {
       ++free_blocks;
@@ -43,12 +45,12 @@ Result<void> RegionCore::check(std::string* what) const {
     } else {
       return fail("spare record linked in address order");
     }
-    expect = next_offset;
+    expect = next_address;
     prev = i;
     i = b.next_phys;
   }
   if (end.prev_phys != prev) return fail("sentinel does not link back to the last block");
-  if (expect != units(size_)) return fail("blocks do not cover the whole region");
+  if (expect != base_ + size_) return fail("blocks do not cover the whole region");
 
   // 2. The counters agree with the blocks; every record is a block, the
   // sentinel or spare, exactly once.

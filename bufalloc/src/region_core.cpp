@@ -49,9 +49,9 @@ void RegionCore::init_space() {
   if (index_) index_->clear();
   const RecordIndex first = records_.acquire();  // after the sentinel's: record 1 spare or within capacity
   BlockRecord& end = records_[kSentinel];
-  end = BlockRecord{units(size_), 0, static_cast<std::uint32_t>(RecordKind::sentinel), first, first, kSentinel, kSentinel};
+  end = BlockRecord{base_ + size_, 0, static_cast<std::uint32_t>(RecordKind::sentinel), first, first, kSentinel, kSentinel};
   BlockRecord& b = records_[first];
-  b.offset = 0;
+  b.address = base_;
   b.prev_phys = kSentinel;
   b.next_phys = kSentinel;
   used_ = 0;
@@ -59,6 +59,7 @@ void RegionCore::init_space() {
   free_count_ = 0;
   largest_cache_ = 0;
   largest_valid_ = true;
+  b.change_kind<RecordKind::unused, RecordKind::free>();
   insert_free(first, units(size_));
 }
 
@@ -66,7 +67,6 @@ MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t si
   const SizeClass c = class_of(size_units);
   RecordIndex& head = heads_[c.fl][c.sl];
   BlockRecord& b = records_[i];
-  b.set_kind(RecordKind::free);
   set_units(b, size_units);
   b.prev_free = kSentinel;
   b.next_free = head;
@@ -176,25 +176,27 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   BlockRecord& b = records_[i];  // after every acquire(), which may move the records
   if (lead != kSentinel) {
     BlockRecord& l = records_[lead];
-    l.offset = b.offset;
+    l.address = b.address;
     l.prev_phys = b.prev_phys;
     l.next_phys = i;
     records_[b.prev_phys].next_phys = lead;
     b.prev_phys = lead;
-    b.offset += pad_units;
+    b.address += pad_units << glog_;
+    l.change_kind<RecordKind::unused, RecordKind::free>();
     insert_free(lead, pad_units);
   }
   set_units(b, asize_units);
   if (tail != kSentinel) {
     BlockRecord& t = records_[tail];
-    t.offset = b.offset + asize_units;
+    t.address = b.address + (asize_units << glog_);
     t.prev_phys = i;
     t.next_phys = b.next_phys;
     records_[b.next_phys].prev_phys = tail;
     b.next_phys = tail;
+    t.change_kind<RecordKind::unused, RecordKind::free>();
     insert_free(tail, tail_units);
   }
-  b.set_kind(RecordKind::live);
+  b.change_kind<RecordKind::free, RecordKind::live>();
   b.next_generation();
   const Address address = address_of(b);
   if (index_) index_->insert_reserved(address, i);
@@ -237,14 +239,15 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve_head(RecordIndex i, SizeClass 
   set_units(b, asize_units);
   if (tail != kSentinel) {
     BlockRecord& t = records_[tail];
-    t.offset = b.offset + asize_units;
+    t.address = b.address + (asize_units << glog_);
     t.prev_phys = i;
     t.next_phys = b.next_phys;
     records_[b.next_phys].prev_phys = tail;
     b.next_phys = tail;
+    t.change_kind<RecordKind::unused, RecordKind::free>();
     insert_free(tail, tail_units);
   }
-  b.set_kind(RecordKind::live);
+  b.change_kind<RecordKind::free, RecordKind::live>();
   b.next_generation();
   const Address address = address_of(b);
   if (index_) [[unlikely]] index_->insert_reserved(address, i);
@@ -321,6 +324,8 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
     n.prev_phys = prev;
     records_.release(i);
     start = prev;
+  } else {
+    b.change_kind<RecordKind::live, RecordKind::free>();
   }
   if (n.kind() == RecordKind::free) {
     const std::uint64_t n_units = units_of(n);
@@ -334,22 +339,34 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
   insert_free(start, merged_units);
 }
 
+// A handle is good when it names this region, a record made and not the
+// sentinel (index - 1 < made - 1, one unsigned compare), whose tag is that of
+// a live block of the handle's generation (one compare for kind and
+// generation) and whose address is the handle's.
 MEMLAYER_HOT_INLINE Result<void> RegionCore::free(BlockHandle block) {
-  if (block.region != id_ || block.index == kSentinel || block.index >= records_.made()) return handle_error(block);
-  const BlockRecord& b = records_[block.index];
-  if (b.kind() != RecordKind::live || b.generation() != block.generation || address_of(b) != block.address)
-    return handle_error(block);
-  release_block(block.index, index_ != nullptr);
-  return {};
+  if (block.region == id_ && block.index - 1u < records_.made() - 1u) [[likely]] {
+    const BlockRecord& b = records_[block.index];
+    if (b.tag == BlockRecord::live_tag(block.generation) && address_of(b) == block.address) [[likely]] {
+      release_block(block.index, index_ != nullptr);
+      return {};
+    }
+  }
+  return refuse(block.address, block.index, block.generation, block.region);
 }
 
 // Names what is wrong with a handle free(handle) refused. O(1).
-Error RegionCore::handle_error(const BlockHandle& block) const noexcept {
+// Takes the handle's fields one by one, not the handle: free(handle) then
+// keeps them in registers instead of copying the handle to memory for this
+// call it rarely makes. Returns the Result itself so that the call is a tail
+// call.
+[[gnu::noinline, gnu::cold]] Result<void> RegionCore::refuse(Address address, RecordIndex index,
+                                                             std::uint32_t generation,
+                                                             std::uint32_t region) const noexcept {
   Error e{Errc::foreign_handle};
-  e.address = block.address;
-  if (block.region != id_ || block.index == kSentinel || block.index >= records_.made()) return e;
-  const BlockRecord& b = records_[block.index];
-  if (b.generation() != block.generation) {
+  e.address = address;
+  if (region != id_ || index == kSentinel || index >= records_.made()) return e;
+  const BlockRecord& b = records_[index];
+  if (b.generation() != generation) {
     e.code = Errc::stale_handle;  // the record has been a live block again since
   } else if (b.kind() != RecordKind::live) {
     e.code = Errc::double_free;  // freed, and its record not live again since

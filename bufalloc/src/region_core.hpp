@@ -35,11 +35,11 @@ class RegionCore {
 
  private:
   std::uint64_t units(Size bytes) const noexcept { return bytes >> glog_; }
-  Address address_of(const BlockRecord& r) const noexcept { return base_ + (r.offset << glog_); }
+  static Address address_of(const BlockRecord& r) noexcept { return r.address; }
   // A block's size in granules: stored, or for a giant block up to the next
   // block (block_record.hpp).
   std::uint64_t units_of(const BlockRecord& r) const noexcept {
-    return r.size != kSizeFromNext ? r.size : records_[r.next_phys].offset - r.offset;
+    return r.size != kSizeFromNext ? r.size : units(records_[r.next_phys].address - r.address);
   }
   static void set_units(BlockRecord& r, std::uint64_t size_units) noexcept {
     r.size = size_units < kSizeFromNext ? static_cast<std::uint32_t>(size_units) : kSizeFromNext;
@@ -52,7 +52,8 @@ class RegionCore {
   BlockHandle carve_head(RecordIndex i, SizeClass c, std::uint64_t asize_units);
   Result<BlockHandle> allocate_general(Size size, Size alignment);
   void release_block(RecordIndex i, bool indexed) noexcept;
-  Error handle_error(const BlockHandle& block) const noexcept;
+  Result<void> refuse(Address address, RecordIndex index, std::uint32_t generation,
+                      std::uint32_t region) const noexcept;
   Error free_error(Address address) const noexcept;
   Error oom(Size size, Size alignment);
   Size largest_free() const noexcept;
