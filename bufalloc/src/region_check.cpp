@@ -17,7 +17,7 @@ Result<void> RegionCore::check(std::string* what) const {
   if (end.kind() != RecordKind::sentinel || end.address != base_ + size_) return fail("sentinel record damaged");
   if (end.next_phys == kSentinel || end.next_phys >= made) return fail("no first block");
   Address expect = base_;
-  std::uint64_t blocks = 0, live = 0, free_blocks = 0;
+  std::uint64_t blocks = 0, live = 0, holes = 0;
   Size used = 0, largest = 0;
   RecordIndex prev = kSentinel;
   for (RecordIndex i = end.next_phys; i != kSentinel;) {
@@ -35,7 +35,7 @@ Result<void> RegionCore::check(std::string* what) const {
       return fail("stored block size disagrees with the next block's address");
     const Size size = units_of(b) << glog_;
     if (b.kind() == RecordKind::free) {
-      ++free_blocks;
+      ++holes;
       if (size > largest) largest = size;
       if (records_[b.next_phys].kind() == RecordKind::free) return fail("two adjacent free blocks");
     } else if (b.kind() == RecordKind::live) {
@@ -54,9 +54,9 @@ Result<void> RegionCore::check(std::string* what) const {
 
   // 2. The counters agree with the blocks; every record is a block, the
   // sentinel or spare, exactly once.
-  if (used != used_) return fail("used-bytes counter disagrees with the blocks");
+  if (used != used_units_ << glog_) return fail("used-bytes counter disagrees with the blocks");
   if (live != live_) return fail("live-block counter disagrees with the blocks");
-  if (free_blocks != free_count_) return fail("free-block counter disagrees with the blocks");
+  if (holes != free_blocks()) return fail("free-block count disagrees with the blocks");
   if (records_.in_use() != blocks + 1) return fail("record pool leaks or double-releases records");
   std::uint64_t spare = 0;
   for (RecordIndex i = records_.spare_head(); i != kSentinel; i = records_[i].next_free) {
@@ -64,8 +64,8 @@ Result<void> RegionCore::check(std::string* what) const {
     if (records_[i].kind() != RecordKind::unused) return fail("a block record in the spare chain");
   }
   if (spare + blocks + 1 != made) return fail("spare chain disagrees with the pool's count");
-  if (peak_ < used_) return fail("peak below current use");
-  if (largest_valid_ && largest_cache_ != largest) return fail("cached largest free block is stale");
+  if (peak_units_ < used_units_) return fail("peak below current use");
+  if (largest_units_ != kLargestUnknown && largest_units_ << glog_ != largest) return fail("cached largest free block is stale");
 
   // 3. The size-class index holds exactly the free blocks, each in its class.
   std::uint64_t listed = 0;
@@ -80,7 +80,7 @@ Result<void> RegionCore::check(std::string* what) const {
         return fail("list head has a predecessor");
       for (RecordIndex i = head; i != kSentinel; i = records_[i].next_free) {
         if (i >= made) return fail("free-list link to a record never made");
-        if (++listed > free_blocks) return fail("free lists hold more blocks than are free (cycle?)");
+        if (++listed > holes) return fail("free lists hold more blocks than are free (cycle?)");
         const BlockRecord& b = records_[i];
         if (b.kind() != RecordKind::free) return fail("used block in a free list");
         if (!(class_of(units_of(b)) == SizeClass{fl, sl})) return fail("free block filed in the wrong class");
@@ -89,7 +89,7 @@ Result<void> RegionCore::check(std::string* what) const {
       }
     }
   }
-  if (listed != free_blocks) return fail("a free block is missing from the free lists");
+  if (listed != holes) return fail("a free block is missing from the free lists");
 
   // 4. The address index, once built, holds exactly the live blocks.
   if (index_) {

@@ -54,11 +54,9 @@ void RegionCore::init_space() {
   b.address = base_;
   b.prev_phys = kSentinel;
   b.next_phys = kSentinel;
-  used_ = 0;
+  used_units_ = 0;
   live_ = 0;
-  free_count_ = 0;
-  largest_cache_ = 0;
-  largest_valid_ = true;
+  largest_units_ = 0;
   b.change_kind<RecordKind::unused, RecordKind::free>();
   insert_free(first, units(size_));
 }
@@ -74,9 +72,7 @@ MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t si
   head = i;
   sl_bitmap_[c.fl] |= 1u << c.sl;
   fl_bitmap_ |= std::uint64_t{1} << c.fl;
-  ++free_count_;
-  const Size bytes = size_units << glog_;
-  if (largest_valid_ && bytes > largest_cache_) largest_cache_ = bytes;
+  if (size_units > largest_units_) largest_units_ = size_units;
 }
 
 // Unlinks free block i, of size_units granules filed in class c, from its
@@ -94,8 +90,7 @@ MEMLAYER_HOT_INLINE void RegionCore::unlink_free(RecordIndex i, std::uint64_t si
     }
   }
   if (b.next_free != kSentinel) records_[b.next_free].prev_free = b.prev_free;
-  --free_count_;
-  if ((size_units << glog_) == largest_cache_) largest_valid_ = false;
+  if (size_units == largest_units_) largest_units_ = kLargestUnknown;
 }
 
 
@@ -200,8 +195,8 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   b.next_generation();
   const Address address = address_of(b);
   if (index_) index_->insert_reserved(address, i);
-  used_ += asize_units << glog_;
-  if (used_ > peak_) peak_ = used_;
+  used_units_ += asize_units;
+  if (used_units_ > peak_units_) peak_units_ = used_units_;
   ++live_;
   return BlockHandle{address, i, b.generation(), id_};
 }
@@ -233,8 +228,7 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve_head(RecordIndex i, SizeClass 
     sl_bitmap_[c.fl] &= ~(1u << c.sl);
     if (sl_bitmap_[c.fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << c.fl);
   }
-  --free_count_;
-  if ((block_units << glog_) == largest_cache_) largest_valid_ = false;
+  if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
   set_units(b, asize_units);
   if (tail != kSentinel) {
@@ -251,8 +245,8 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve_head(RecordIndex i, SizeClass 
   b.next_generation();
   const Address address = address_of(b);
   if (index_) [[unlikely]] index_->insert_reserved(address, i);
-  used_ += asize_units << glog_;
-  if (used_ > peak_) peak_ = used_;
+  used_units_ += asize_units;
+  if (used_units_ > peak_units_) peak_units_ = used_units_;
   ++live_;
   return BlockHandle{address, i, b.generation(), id_};
 }
@@ -301,7 +295,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
 
 Error RegionCore::oom(Size size, Size alignment) {
   ++failed_;
-  return Error{Errc::out_of_memory, size, alignment, 0, size_ - used_, largest_free()};
+  return Error{Errc::out_of_memory, size, alignment, 0, size_ - (used_units_ << glog_), largest_free()};
 }
 
 // Frees live block i, merging it with free neighbours. `indexed`: whether
@@ -312,7 +306,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
   const RecordIndex next = b.next_phys;
   BlockRecord& n = records_[next];
   std::uint64_t merged_units = units_of(b);
-  used_ -= merged_units << glog_;
+  used_units_ -= merged_units;
   --live_;
   if (indexed) (void)index_->erase(address_of(b));
   RecordIndex start = i;
@@ -411,30 +405,29 @@ Error RegionCore::free_error(Address address) const noexcept {
 void RegionCore::reset() { init_space(); }
 
 Size RegionCore::largest_free() const noexcept {
-  if (!largest_valid_) {
-    largest_cache_ = 0;
+  if (largest_units_ == kLargestUnknown) {
+    largest_units_ = 0;
     if (fl_bitmap_ != 0) {
       const unsigned fl = 63u - static_cast<unsigned>(std::countl_zero(fl_bitmap_));
       const unsigned sl = 31u - static_cast<unsigned>(std::countl_zero(sl_bitmap_[fl]));
       for (RecordIndex i = heads_[fl][sl]; i != kSentinel; i = records_[i].next_free) {
-        const Size size = units_of(records_[i]) << glog_;
-        if (size > largest_cache_) largest_cache_ = size;
+        const std::uint64_t size = units_of(records_[i]);
+        if (size > largest_units_) largest_units_ = size;
       }
     }
-    largest_valid_ = true;
   }
-  return largest_cache_;
+  return largest_units_ << glog_;
 }
 
 RegionStats RegionCore::stats() const {
   RegionStats s;
   s.total_bytes = size_;
-  s.used_bytes = used_;
-  s.free_bytes = size_ - used_;
+  s.used_bytes = used_units_ << glog_;
+  s.free_bytes = size_ - s.used_bytes;
   s.largest_free = largest_free();
-  s.peak_used_bytes = peak_;
+  s.peak_used_bytes = peak_units_ << glog_;
   s.live_blocks = live_;
-  s.free_blocks = free_count_;
+  s.free_blocks = free_blocks();
   s.failed_requests = failed_;
   s.slow_searches = slow_;
   return s;

@@ -57,6 +57,7 @@ class RegionCore {
   Error free_error(Address address) const noexcept;
   Error oom(Size size, Size alignment);
   Size largest_free() const noexcept;
+  std::uint64_t free_blocks() const noexcept { return records_.in_use() - 1 - live_; }
   void build_index();
   void init_space();
 
@@ -73,16 +74,23 @@ class RegionCore {
   // Made by the first free(address); see region.hpp.
   std::unique_ptr<AddressIndex> index_;
 
-  Size used_ = 0;
-  Size peak_ = 0;
+  // Counters in granules, not bytes: the hot path adds and compares without
+  // shifting; stats() converts.
+  std::uint64_t used_units_ = 0;
+  std::uint64_t peak_units_ = 0;
   std::uint64_t live_ = 0;
-  std::uint64_t free_count_ = 0;
+  // No counter of free blocks: every record made and not spare is the
+  // sentinel, a live block or a free block, so stats() derives the count
+  // from live_ and the pool (free_blocks()), and the hot path keeps one
+  // counter fewer.
   std::uint64_t failed_ = 0;
   std::uint64_t slow_ = 0;
-  // The largest free block, kept exact while cheap: raised on insert,
-  // invalidated when a block of that size leaves the free lists.
-  mutable Size largest_cache_ = 0;
-  mutable bool largest_valid_ = false;
+  // The largest free block in granules, kept exact while cheap: raised on
+  // insert, invalidated when a block of that size leaves the free lists.
+  // kLargestUnknown marks it invalid; no block is that big, so insert's
+  // "raise if bigger" leaves it alone and one compare serves both cases.
+  static constexpr std::uint64_t kLargestUnknown = ~std::uint64_t{0};
+  mutable std::uint64_t largest_units_ = 0;
 };
 
 }  // namespace memlayer::bufalloc::detail
