@@ -281,7 +281,7 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   }
   std::size_t first_event = s_.copy_events.size();
   if (!plan.copies.empty()) {
-    const auto made = make_write_backs(*victim, plan);
+    const auto made = make_write_backs(*victim, plan, CopyKind::last_copy);
     if (!made) return Evicted::nothing;
     first_event = *made;
   }
@@ -307,11 +307,11 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
 // They start with this enqueue's copies, whatever becomes of it: the caller
 // commits them at once. Returns the index of their first event in
 // s_.copy_events; nullopt when one could not be made (none starts then).
-std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const migration::Plan& plan) {
+std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind) {
   if (place(victim, kHost, true)) return std::nullopt;
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
-    if (!create_copy(victim, c, first_event, true)) {
+    if (!create_copy(victim, c, first_event, kind)) {
       s_.copy_events.resize(first_event);  // its copies stay pending, unstarted: dropped after the unlock
       return std::nullopt;
     }
@@ -327,7 +327,7 @@ std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const m
 // writes them back again). The write-backs are what a device_busy failure
 // waits for. False when a copy could not be made (nothing recorded then).
 bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan& plan) {
-  const auto first_event = make_write_backs(victim, plan);
+  const auto first_event = make_write_backs(victim, plan, CopyKind::write_back);
   if (!first_event) return false;
   const auto events = std::span(s_.copy_events).subspan(*first_event);
   victim.versions_.commit_write_back(plan, events);
@@ -394,7 +394,7 @@ std::optional<EnqueueError> Transaction::create_copies() {
   for (EnqueueScratch::Group& g : s_.groups) {
     g.first_copy = s_.copy_events.size();
     for (const migration::Copy& c : plan_of(g).copies) {
-      if (!create_copy(*g.buffer, c, g.first_copy, false)) {
+      if (!create_copy(*g.buffer, c, g.first_copy, CopyKind::for_command)) {
         return error(EnqueueError::Code::host_out_of_memory,
                      "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
                          " to " + where(c.dst));
@@ -407,7 +407,7 @@ std::optional<EnqueueError> Transaction::create_copies() {
 // Makes one copy of `c` and records what it waits for: what made its source
 // valid, the earlier leg of a staged copy (events from `first_copy` on are
 // this buffer's copies), and the fences of its destination storage.
-bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back) {
+bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind) {
   const std::size_t first_dep = s_.deps.size();
   for (Event e : c.wait) add_dep(e, first_dep);
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
@@ -417,8 +417,17 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   c.also.for_each([&](Location l) {
     if (const Storage& st = b.storage(l); st.allocated) s_.also.push_back(CopySource{l, st.handle});
   });
-  CopyRequest req{b.cookie(), write_back, c.src, c.dst, b.storage(c.src).handle, b.storage(c.dst).handle,
-                  c.offset, c.size, std::span(s_.deps).subspan(first_dep, dep_count), s_.also};
+  CopyRequest req{b.cookie(),
+                  kind != CopyKind::for_command,
+                  kind == CopyKind::last_copy,
+                  c.src,
+                  c.dst,
+                  b.storage(c.src).handle,
+                  b.storage(c.dst).handle,
+                  c.offset,
+                  c.size,
+                  std::span(s_.deps).subspan(first_dep, dep_count),
+                  s_.also};
   CopyHandle h = host_.create_copy(req);
   if (h.completed || h.event == nullptr) {
     for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);

@@ -71,12 +71,14 @@ class Transaction {
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
   Buffer* pick_victim(Location loc, bool clean_only);
-  std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan);
+  // What a copy is for (CopyRequest::write_back, CopyRequest::last_copy).
+  enum class CopyKind : std::uint8_t { for_command, write_back, last_copy };
+  std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
   std::optional<EnqueueError> plan_all();
   std::optional<EnqueueError> create_copies();
-  bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, bool write_back);
+  bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind);
   void commit_all();
   [[nodiscard]] const migration::Plan& plan_of(const EnqueueScratch::Group& g) const;
   void rollback();

@@ -1,7 +1,10 @@
 #include "engine_host.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "buffer_state.hpp"
@@ -35,27 +38,43 @@ Status transfer(const ContextState& ctx, engine::Location src, engine::StorageHa
 
 // A copy's work (doc/runtime.md, failures): the transfer from its source,
 // tried kTransferAttempts times; then from each other complete copy of the
-// bytes the planner named (CopyRequest::also), as often; the error of the
-// last try, naming the buffer and the range, when none succeeds.
+// bytes the planner named (CopyRequest::also), as often. A last copy (the
+// write-back of bytes whose storage goes after it, whatever its outcome)
+// then goes on trying them all, pausing longer each round, until
+// ContextOptions::room_wait has passed since its first try: giving up loses
+// the bytes. The error of the last try, naming the buffer and the range,
+// when none succeeds.
 std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t buffer_id) {
   std::vector<engine::CopySource> sources{{r.src, r.src_storage}};
   sources.insert(sources.end(), r.also.begin(), r.also.end());
   return [&ctx, sources = std::move(sources), dst = r.dst, to = r.dst_storage, offset = r.offset, n = r.size,
-          buffer_id] {
+          last_copy = r.last_copy, buffer_id] {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point give_up = Clock::now() + ctx.room_wait;
+    std::chrono::milliseconds pause{1};
     Status s;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      for (int attempt = 0; attempt < kTransferAttempts; ++attempt) {
-        if (i > 0 || attempt > 0) ctx.transfer_retries.fetch_add(1, std::memory_order_relaxed);
-        s = transfer(ctx, sources[i].at, sources[i].storage, dst, to, offset, n);
-        if (!s.ok()) continue;
-        if (i > 0) ctx.copies_resourced.fetch_add(1, std::memory_order_relaxed);
-        return s;
+    int rounds = 0;
+    for (;; ++rounds) {
+      for (std::size_t i = 0; i < sources.size(); ++i) {
+        for (int attempt = 0; attempt < kTransferAttempts; ++attempt) {
+          if (rounds > 0 || i > 0 || attempt > 0) ctx.transfer_retries.fetch_add(1, std::memory_order_relaxed);
+          s = transfer(ctx, sources[i].at, sources[i].storage, dst, to, offset, n);
+          if (!s.ok()) continue;
+          if (i > 0) ctx.copies_resourced.fetch_add(1, std::memory_order_relaxed);
+          return s;
+        }
       }
+      const Clock::time_point now = Clock::now();
+      if (!last_copy || now >= give_up) break;
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, give_up - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
     s.message = "buffer " + std::to_string(buffer_id) + ", bytes [" + std::to_string(offset) + ", " +
                 std::to_string(offset + n) + "): no copy could be moved to " + ctx.location_name(dst) + " (" +
                 std::to_string(sources.size()) + (sources.size() == 1 ? " source" : " sources") + ", " +
-                std::to_string(kTransferAttempts) + " tries each); the last error: " + s.message;
+                std::to_string(kTransferAttempts * (rounds + 1)) + " tries each" +
+                (last_copy ? ", for " + std::to_string(ctx.room_wait.count()) + " ms: the bytes are lost" : "") +
+                "); the last error: " + s.message;
     return s;
   };
 }

@@ -87,6 +87,13 @@ struct CopySource {
 struct CopyRequest {
   void* cookie = nullptr;
   bool write_back = false;  ///< saves bytes of storage being evicted (else: for a command)
+  /// A write-back of bytes valid nowhere else whose storage goes once the
+  /// copy has ended, whatever its outcome (they were still being made when
+  /// eviction had to take them: doc/engine.md, the pipeline): if it fails,
+  /// the bytes are lost. A host should keep trying it as long as it can
+  /// rather than a bounded number of times (memlayer's runtime: until
+  /// ContextOptions::room_wait has passed).
+  bool last_copy = false;
   Location src = migration::kHost;
   Location dst = migration::kHost;
   StorageHandle src_storage = 0;
