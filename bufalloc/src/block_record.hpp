@@ -24,6 +24,10 @@ using RecordIndex = std::uint32_t;
 /// last (the address-order list is a ring through it), its address is the end
 /// of the space, and it is never free (so merging stops at both ends). As a
 /// free-list or spare-chain link, 0 means "none". No handle ever names it.
+/// Its own free-list links (prev_free, next_free) are never read: where a
+/// free-list neighbour is "none", the hot path writes that neighbour's link
+/// into the sentinel instead of branching on it (region_core.cpp's
+/// insert_free(), unlink_free(), carve_head()).
 inline constexpr RecordIndex kSentinel = 0;
 
 enum class RecordKind : std::uint32_t {

@@ -73,7 +73,7 @@ Result<void> RegionCore::check(std::string* what) const {
     if (((fl_bitmap_ >> fl) & 1) != (sl_bitmap_[fl] != 0 ? 1u : 0u))
       return fail("first-level bitmap disagrees with second level");
     for (unsigned sl = 0; sl < kSlCount; ++sl) {
-      const RecordIndex head = heads_[fl][sl];
+      const RecordIndex head = heads_[(fl << kSlLog2) + sl];
       if (((sl_bitmap_[fl] >> sl) & 1) != (head != kSentinel ? 1u : 0u))
         return fail("second-level bitmap disagrees with its list");
       if (head != kSentinel && (head >= made || records_[head].prev_free != kSentinel))
@@ -83,7 +83,7 @@ Result<void> RegionCore::check(std::string* what) const {
         if (++listed > holes) return fail("free lists hold more blocks than are free (cycle?)");
         const BlockRecord& b = records_[i];
         if (b.kind() != RecordKind::free) return fail("used block in a free list");
-        if (!(class_of(units_of(b)) == SizeClass{fl, sl})) return fail("free block filed in the wrong class");
+        if (class_of(units_of(b)) != (fl << kSlLog2) + sl) return fail("free block filed in the wrong class");
         if (b.next_free != kSentinel && (b.next_free >= made || records_[b.next_free].prev_free != i))
           return fail("broken free-list links");
       }

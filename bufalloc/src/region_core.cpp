@@ -40,7 +40,7 @@ RegionCore::RegionCore(Address base, Size usable, unsigned granularity_log2)
 void RegionCore::init_space() {
   fl_bitmap_ = 0;
   sl_bitmap_.fill(0);
-  for (auto& row : heads_) row.fill(kSentinel);
+  heads_.fill(kSentinel);
   // Handles from before must not match the blocks made after: a live
   // record's next use as a live block would otherwise repeat its generation.
   for (RecordIndex i = 1; i < records_.made(); ++i)
@@ -62,55 +62,62 @@ void RegionCore::init_space() {
 }
 
 MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t size_units) noexcept {
-  const SizeClass c = class_of(size_units);
-  RecordIndex& head = heads_[c.fl][c.sl];
+  const unsigned c = class_of(size_units);
+  RecordIndex& head = heads_[c];
   BlockRecord& b = records_[i];
   set_units(b, size_units);
   b.prev_free = kSentinel;
   b.next_free = head;
-  if (head != kSentinel) records_[head].prev_free = i;
+  records_[head].prev_free = i;  // no branch on an empty list: block_record.hpp
   head = i;
-  sl_bitmap_[c.fl] |= 1u << c.sl;
-  fl_bitmap_ |= std::uint64_t{1} << c.fl;
+  sl_bitmap_[first_level(c)] |= 1u << second_level(c);
+  fl_bitmap_ |= std::uint64_t{1} << first_level(c);
   if (size_units > largest_units_) largest_units_ = size_units;
 }
 
-// Unlinks free block i, of size_units granules filed in class c, from its
-// class list; the caller sets its new kind. Callers that know the size and
-// class pass them: recomputing them was a measurable share of a pair.
-MEMLAYER_HOT_INLINE void RegionCore::unlink_free(RecordIndex i, std::uint64_t size_units, SizeClass c) noexcept {
+// Clears class c's bits if its list is now empty. Without a branch: whether
+// a list empties is data the predictor cannot learn (measured with
+// cachegrind's branch simulation: a third of a mispredict per pair).
+MEMLAYER_HOT_INLINE void RegionCore::update_bitmaps(unsigned c) noexcept {
+  std::uint32_t& sl_map = sl_bitmap_[first_level(c)];
+  sl_map &= ~(static_cast<std::uint32_t>(heads_[c] == kSentinel) << second_level(c));
+  fl_bitmap_ &= ~(static_cast<std::uint64_t>(sl_map == 0) << first_level(c));
+}
+
+// Unlinks free block i, of size_units granules, from its class list; the
+// caller sets its new kind. Callers that know the size pass it: recomputing
+// it was a measurable share of a pair.
+MEMLAYER_HOT_INLINE void RegionCore::unlink_free(RecordIndex i, std::uint64_t size_units) noexcept {
   const BlockRecord& b = records_[i];
-  if (b.prev_free != kSentinel) {
-    records_[b.prev_free].next_free = b.next_free;
-  } else {
-    heads_[c.fl][c.sl] = b.next_free;
-    if (b.next_free == kSentinel) {
-      sl_bitmap_[c.fl] &= ~(1u << c.sl);
-      if (sl_bitmap_[c.fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << c.fl);
-    }
-  }
-  if (b.next_free != kSentinel) records_[b.next_free].prev_free = b.prev_free;
+  const RecordIndex prev = b.prev_free;
+  const RecordIndex next = b.next_free;
+  const unsigned c = class_of(size_units);
+  // The link that names i: the predecessor's, or the list head. Selected,
+  // not branched on (block_record.hpp: the sentinel's links are scratch).
+  RecordIndex* const link = prev != kSentinel ? &records_[prev].next_free : &heads_[c];
+  *link = next;
+  records_[next].prev_free = prev;
+  update_bitmaps(c);
   if (size_units == largest_units_) largest_units_ = kLargestUnknown;
 }
 
-
-// The O(1) good-fit search: first non-empty class at or above the class that
-// guarantees `search_units`. Any block there fits. Sets *found to its class.
-// kSentinel: none.
-MEMLAYER_HOT_INLINE RecordIndex RegionCore::find_fast(std::uint64_t search_units, SizeClass* found) const noexcept {
-  const auto at_least = class_at_least(search_units);
-  if (!at_least) return kSentinel;
-  unsigned fl = at_least->fl;
-  std::uint32_t sl_map = sl_bitmap_[fl] & (~0u << at_least->sl);
+// The O(1) good-fit search: the first non-empty class at or above the class
+// that guarantees `search_units`. Any block there fits. Returns that class,
+// or kNoClass.
+MEMLAYER_HOT_INLINE unsigned RegionCore::find_fast(std::uint64_t search_units) const noexcept {
+  const unsigned at_least = class_at_least(search_units);
+  if (at_least == kNoClass) [[unlikely]] return kNoClass;
+  unsigned fl = first_level(at_least);
+  std::uint32_t sl_map = sl_bitmap_[fl] & (~0u << second_level(at_least));
   if (sl_map == 0) {
-    if (fl + 1 >= kFlCount) return kSentinel;
+    // fl + 1 <= kFlCount = 60: the shift stays below 64, and the bitmap has
+    // no bits at or above kFlCount.
     const std::uint64_t fl_map = fl_bitmap_ & (~std::uint64_t{0} << (fl + 1));
-    if (fl_map == 0) return kSentinel;
+    if (fl_map == 0) return kNoClass;
     fl = static_cast<unsigned>(std::countr_zero(fl_map));
     sl_map = sl_bitmap_[fl];
   }
-  *found = SizeClass{fl, static_cast<unsigned>(std::countr_zero(sl_map))};
-  return heads_[found->fl][found->sl];
+  return (fl << kSlLog2) + static_cast<unsigned>(std::countr_zero(sl_map));
 }
 
 // The fallback: every free block that could hold asize lives in its class or
@@ -118,18 +125,18 @@ MEMLAYER_HOT_INLINE RecordIndex RegionCore::find_fast(std::uint64_t search_units
 // alignment padding. Runs only when find_fast failed, i.e. the classes it
 // covers are empty, so in practice this scans one or two lists.
 RecordIndex RegionCore::find_best(std::uint64_t asize_units, Size alignment) const noexcept {
-  const SizeClass start = class_of(asize_units);
+  const unsigned start = class_of(asize_units);
   const Size asize = asize_units << glog_;
   RecordIndex best = kSentinel;
   Size best_size = 0;
-  for (unsigned fl = start.fl; fl < kFlCount; ++fl) {
+  for (unsigned fl = first_level(start); fl < kFlCount; ++fl) {
     if ((fl_bitmap_ >> fl & 1) == 0) continue;
     std::uint32_t sl_map = sl_bitmap_[fl];
-    if (fl == start.fl) sl_map &= ~0u << start.sl;
+    if (fl == first_level(start)) sl_map &= ~0u << second_level(start);
     while (sl_map != 0) {
       const unsigned sl = static_cast<unsigned>(std::countr_zero(sl_map));
       sl_map &= sl_map - 1;
-      for (RecordIndex i = heads_[fl][sl]; i != kSentinel; i = records_[i].next_free) {
+      for (RecordIndex i = heads_[(fl << kSlLog2) + sl]; i != kSentinel; i = records_[i].next_free) {
         const BlockRecord& b = records_[i];
         const Size size = units_of(b) << glog_;
         const Size pad = pad_for(address_of(b), alignment);
@@ -146,12 +153,12 @@ RecordIndex RegionCore::find_best(std::uint64_t asize_units, Size alignment) con
   return best;
 }
 
-// Turns free block i, filed in class c, into a live block of asize granules at
-// the first aligned address in it; the padding before and the rest after
-// become free blocks. Every host allocation comes first, so a std::bad_alloc
-// changes nothing.
-MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, std::uint64_t asize_units,
-                                                  Size alignment) {
+// Turns free block i into a live block of asize granules at the first
+// aligned address in it; the padding before and the rest after become free
+// blocks. Every host allocation comes first, so a std::bad_alloc changes
+// nothing. The general case, for allocate_general(); allocate()'s own is
+// carve_head().
+BlockHandle RegionCore::carve(RecordIndex i, std::uint64_t asize_units, Size alignment) {
   const Size pad_units = units(pad_for(address_of(records_[i]), alignment));
   const std::uint64_t block_units = units_of(records_[i]);
   const std::uint64_t tail_units = block_units - pad_units - asize_units;
@@ -167,7 +174,7 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
     throw;
   }
 
-  unlink_free(i, block_units, c);
+  unlink_free(i, block_units);
   BlockRecord& b = records_[i];  // after every acquire(), which may move the records
   if (lead != kSentinel) {
     BlockRecord& l = records_[lead];
@@ -198,80 +205,70 @@ MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve(RecordIndex i, SizeClass c, st
   used_units_ += asize_units;
   if (used_units_ > peak_units_) peak_units_ = used_units_;
   ++live_;
-  return BlockHandle{address, i, b.generation(), id_};
+  return make_handle(address, i, b.generation());
 }
 
-// carve() for the head of class c when no padding is needed (alignment at
-// most the granularity): the block stays where it starts, the rest after it
-// becomes a free block, and the head is popped without unlink_free()'s
-// middle-of-list cases.
-MEMLAYER_HOT_INLINE BlockHandle RegionCore::carve_head(RecordIndex i, SizeClass c, std::uint64_t asize_units) {
+// carve() for allocate()'s common case: block i is the head of class c, the
+// request needs no padding (alignment at most the granularity) and the
+// region keeps no address index. The block stays where it starts, the rest
+// after it becomes a free block, and the head is popped without
+// unlink_free()'s middle-of-list cases. acquire() is the only host
+// allocation and comes before any change, so a std::bad_alloc changes
+// nothing.
+MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, unsigned c,
+                                                               std::uint64_t asize_units) {
   const std::uint64_t block_units = units_of(records_[i]);
   const std::uint64_t tail_units = block_units - asize_units;
-  RecordIndex tail = kSentinel;
-  if (tail_units != 0) tail = records_.acquire();
-  if (index_) [[unlikely]] {
-    try {
-      index_->reserve_one();
-    } catch (...) {
-      if (tail != kSentinel) records_.release(tail);
-      throw;
-    }
-  }
+  const RecordIndex tail = tail_units != 0 ? records_.acquire() : kSentinel;
 
   BlockRecord& b = records_[i];  // after acquire(), which may move the records
   const RecordIndex after = b.next_free;
-  heads_[c.fl][c.sl] = after;
-  if (after != kSentinel) {
-    records_[after].prev_free = kSentinel;
-  } else {
-    sl_bitmap_[c.fl] &= ~(1u << c.sl);
-    if (sl_bitmap_[c.fl] == 0) fl_bitmap_ &= ~(std::uint64_t{1} << c.fl);
-  }
+  heads_[c] = after;
+  records_[after].prev_free = kSentinel;  // no branch: block_record.hpp
+  update_bitmaps(c);
   if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
   set_units(b, asize_units);
   if (tail != kSentinel) {
     BlockRecord& t = records_[tail];
+    const RecordIndex next = b.next_phys;
     t.address = b.address + (asize_units << glog_);
     t.prev_phys = i;
-    t.next_phys = b.next_phys;
-    records_[b.next_phys].prev_phys = tail;
+    t.next_phys = next;
+    records_[next].prev_phys = tail;
     b.next_phys = tail;
     t.change_kind<RecordKind::unused, RecordKind::free>();
     insert_free(tail, tail_units);
   }
   b.change_kind<RecordKind::free, RecordKind::live>();
   b.next_generation();
-  const Address address = address_of(b);
-  if (index_) [[unlikely]] index_->insert_reserved(address, i);
   used_units_ += asize_units;
   if (used_units_ > peak_units_) peak_units_ = used_units_;
   ++live_;
-  return BlockHandle{address, i, b.generation(), id_};
+  return make_handle(b.address, i, b.generation());
 }
 
 // The common request: alignment no larger than the granularity (0 included),
-// which every block address already meets, so there is no padding to compute
-// and the block found is the head of its class (find_fast), which carve_head()
-// pops without the general unlink. Anything else, errors included, takes
-// allocate_general(), out of line so that it does not crowd this path.
+// which every block address already meets, so there is no padding to
+// compute, and no address index to keep. Anything else, errors included,
+// takes allocate_general(), out of line so that it does not crowd this path.
 MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
-  if (alignment <= granularity() && (alignment & (alignment - 1)) == 0 && size != 0) [[likely]] {
+  const unsigned glog = glog_;
+  if (alignment <= (Size{1} << glog) && (alignment & (alignment - 1)) == 0 && size != 0 && !index_) [[likely]] {
     // Rounded up without overflow: size - 1 cannot wrap here.
-    const std::uint64_t asize_units = ((size - 1) >> glog_) + 1;
-    if (asize_units <= units(size_)) [[likely]] {
-      SizeClass c{};
-      if (RecordIndex i = find_fast(asize_units, &c); i != kSentinel) [[likely]]
-        return carve_head(i, c, asize_units);
+    const std::uint64_t asize_units = ((size - 1) >> glog) + 1;
+    if (asize_units <= (size_ >> glog)) [[likely]] {
+      if (const unsigned c = find_fast(asize_units); c != kNoClass) [[likely]]
+        return carve_head(heads_[c], c, asize_units);
     }
   }
   return allocate_general(size, alignment);
 }
 
 // Every request the fast path above did not serve: bad arguments, alignment
-// above the granularity, and the fallback search (the fast path's find_fast
-// found nothing, and finds nothing again here).
+// above the granularity, a region with an address index, and the fallback
+// search (when the fast path's find_fast() found nothing, it finds nothing
+// again here).
 [[gnu::noinline]] Result<BlockHandle> RegionCore::allocate_general(Size size, Size alignment) {
   const Size g = granularity();
   if (size == 0) return Error{Errc::zero_size, size, alignment};
@@ -284,11 +281,9 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
   if (asize > kMax - worst_pad) return Error{Errc::alignment_overflow, size, alignment};
 
   if (asize <= size_) {
-    SizeClass c{};
-    if (RecordIndex i = find_fast(units(asize + worst_pad), &c); i != kSentinel) return carve(i, c, units(asize), align);
+    if (const unsigned c = find_fast(units(asize + worst_pad)); c != kNoClass) return carve(heads_[c], units(asize), align);
     ++slow_;
-    if (RecordIndex i = find_best(units(asize), align); i != kSentinel)
-      return carve(i, class_of(units_of(records_[i])), units(asize), align);
+    if (RecordIndex i = find_best(units(asize), align); i != kSentinel) return carve(i, units(asize), align);
   }
   return oom(size, alignment);
 }
@@ -312,7 +307,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
   RecordIndex start = i;
   if (BlockRecord& p = records_[prev]; p.kind() == RecordKind::free) {
     const std::uint64_t p_units = units_of(p);
-    unlink_free(prev, p_units, class_of(p_units));
+    unlink_free(prev, p_units);
     merged_units += p_units;
     p.next_phys = next;
     n.prev_phys = prev;
@@ -323,7 +318,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
   }
   if (n.kind() == RecordKind::free) {
     const std::uint64_t n_units = units_of(n);
-    unlink_free(next, n_units, class_of(n_units));
+    unlink_free(next, n_units);
     merged_units += n_units;
     const RecordIndex after = n.next_phys;
     records_[start].next_phys = after;
@@ -410,7 +405,7 @@ Size RegionCore::largest_free() const noexcept {
     if (fl_bitmap_ != 0) {
       const unsigned fl = 63u - static_cast<unsigned>(std::countl_zero(fl_bitmap_));
       const unsigned sl = 31u - static_cast<unsigned>(std::countl_zero(sl_bitmap_[fl]));
-      for (RecordIndex i = heads_[fl][sl]; i != kSentinel; i = records_[i].next_free) {
+      for (RecordIndex i = heads_[(fl << kSlLog2) + sl]; i != kSentinel; i = records_[i].next_free) {
         const std::uint64_t size = units_of(records_[i]);
         if (size > largest_units_) largest_units_ = size;
       }

@@ -45,12 +45,16 @@ class RegionCore {
     r.size = size_units < kSizeFromNext ? static_cast<std::uint32_t>(size_units) : kSizeFromNext;
   }
   void insert_free(RecordIndex i, std::uint64_t size_units) noexcept;
-  void unlink_free(RecordIndex i, std::uint64_t size_units, SizeClass c) noexcept;
-  RecordIndex find_fast(std::uint64_t search_units, SizeClass* found) const noexcept;
+  void update_bitmaps(unsigned c) noexcept;
+  void unlink_free(RecordIndex i, std::uint64_t size_units) noexcept;
+  unsigned find_fast(std::uint64_t search_units) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
-  BlockHandle carve(RecordIndex i, SizeClass c, std::uint64_t asize_units, Size alignment);
-  BlockHandle carve_head(RecordIndex i, SizeClass c, std::uint64_t asize_units);
+  BlockHandle carve(RecordIndex i, std::uint64_t asize_units, Size alignment);
+  Result<BlockHandle> carve_head(RecordIndex i, unsigned c, std::uint64_t asize_units);
   Result<BlockHandle> allocate_general(Size size, Size alignment);
+  BlockHandle make_handle(Address address, RecordIndex i, std::uint32_t generation) const noexcept {
+    return BlockHandle{address, i, generation, id_};
+  }
   void release_block(RecordIndex i, bool indexed) noexcept;
   Result<void> refuse(Address address, RecordIndex index, std::uint32_t generation,
                       std::uint32_t region) const noexcept;
@@ -68,7 +72,7 @@ class RegionCore {
 
   std::uint64_t fl_bitmap_ = 0;
   std::array<std::uint32_t, kFlCount> sl_bitmap_{};
-  std::array<std::array<RecordIndex, kSlCount>, kFlCount> heads_{};
+  std::array<RecordIndex, kClassCount> heads_{};  // by class_of()'s number
 
   RecordPool records_;
   // Made by the first free(address); see region.hpp.
