@@ -32,7 +32,12 @@ std::uint32_t next_region_id() noexcept {
 }  // namespace
 
 RegionCore::RegionCore(Address base, Size usable, unsigned granularity_log2)
-    : base_(base), size_(usable), glog_(granularity_log2), id_(next_region_id()) {
+    : base_(base),
+      size_(usable),
+      glog_(granularity_log2),
+      granularity_(Size{1} << granularity_log2),
+      size_units_(usable >> granularity_log2),
+      id_(next_region_id()) {
   (void)records_.acquire();  // index 0: the sentinel
   init_space();
 }
@@ -253,11 +258,10 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
 // compute, and no address index to keep. Anything else, errors included,
 // takes allocate_general(), out of line so that it does not crowd this path.
 MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size alignment) {
-  const unsigned glog = glog_;
-  if (alignment <= (Size{1} << glog) && (alignment & (alignment - 1)) == 0 && size != 0 && !index_) [[likely]] {
+  if (alignment <= granularity_ && (alignment & (alignment - 1)) == 0 && size != 0 && !index_) [[likely]] {
     // Rounded up without overflow: size - 1 cannot wrap here.
-    const std::uint64_t asize_units = ((size - 1) >> glog) + 1;
-    if (asize_units <= (size_ >> glog)) [[likely]] {
+    const std::uint64_t asize_units = ((size - 1) >> glog_) + 1;
+    if (asize_units <= size_units_) [[likely]] {
       if (const unsigned c = find_fast(asize_units); c != kNoClass) [[likely]]
         return carve_head(heads_[c], c, asize_units);
     }

@@ -30,7 +30,7 @@ class RegionCore {
 
   Address base() const noexcept { return base_; }
   Size size() const noexcept { return size_; }
-  Size granularity() const noexcept { return Size{1} << glog_; }
+  Size granularity() const noexcept { return granularity_; }
   std::uint32_t id() const noexcept { return id_; }
 
  private:
@@ -68,6 +68,11 @@ class RegionCore {
   Address base_;
   Size size_;
   unsigned glog_;
+  // size_ and the granularity as allocate() compares with them, so that its
+  // fast path shifts by glog_ once (a shift by a variable is three micro-ops
+  // on the x86 baseline the library is built for).
+  Size granularity_;
+  std::uint64_t size_units_;
   std::uint32_t id_;
 
   std::uint64_t fl_bitmap_ = 0;
