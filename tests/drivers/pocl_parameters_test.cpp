@@ -16,15 +16,18 @@ TEST(PoclParameters, DefaultsWhenUnset) {
     EXPECT_EQ(p.value().numa_node, -1);
     EXPECT_EQ(p.value().alignment, 128u);
     EXPECT_EQ(p.value().transfer_faults, 0.0);
+    EXPECT_EQ(p.value().peer_read_faults, 0.0);
   }
 }
 
 TEST(PoclParameters, FaultInjection) {
-  auto p = parse_parameters("transfer_faults=0.25,fault_seed=7");
+  auto p = parse_parameters("transfer_faults=0.25,peer_read_faults=1,fault_seed=7");
   ASSERT_TRUE(p.ok()) << p.error();
   EXPECT_EQ(p.value().transfer_faults, 0.25);
+  EXPECT_EQ(p.value().peer_read_faults, 1.0);
   EXPECT_EQ(p.value().fault_seed, 7u);
-  for (const char* bad : {"transfer_faults=1.5", "transfer_faults=-0.1", "transfer_faults=often", "transfer_faults="}) {
+  for (const char* bad : {"transfer_faults=1.5", "transfer_faults=-0.1", "transfer_faults=often", "transfer_faults=",
+                          "peer_read_faults=2", "peer_read_faults="}) {
     auto b = parse_parameters(bad);
     ASSERT_FALSE(b.ok()) << bad;
     EXPECT_NE(b.error().find("a probability from 0 to 1"), std::string::npos) << b.error();

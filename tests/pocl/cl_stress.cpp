@@ -156,6 +156,9 @@ class Stress {
       std::printf("  faults: %" PRIu64 " failed chains forgotten, %" PRIu64 " calls failed, %" PRIu64
                   " reads failed; %" PRIu64 " elements checked\n",
                   chains_failed_, calls_failed_, reads_failed_, elements_checked_);
+      if (const auto st = find_migration_stats())
+        std::printf("  migrations made from another copy %" PRIu64 ", last-copy pauses %" PRIu64 "\n",
+                    st->migrations_resourced, st->last_copy_retries);
       if (chains_failed_ + calls_failed_ + reads_failed_ == 0) {
         std::fprintf(stderr, "memlayer-cl-stress: --faults 1, but no command failed: is the fault injection on?\n");
         return 1;

@@ -281,4 +281,68 @@ TEST(PoclFaults, AFaultyDevicesWritesFailAndLoseNothing) {
   }
 }
 
+// Device 0's links to its peers fail every transfer
+// (POCL_MEMLAYER0_PARAMETERS=peer_read_faults=1); its host link works.
+// Bytes held on device 0 and at the host reach device 1 from the host copy
+// once the copy from device 0 has failed its tries (memlayer's engine named
+// the host copy as the other source: pocl_ml_migration_retry).
+TEST(PoclPeerFaults, AMigrationWhosePeerSourceFailsIsMadeFromTheHostCopy) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> data(4096), out(4096, 0);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<cl_int>(i * 3 + 1);
+  const std::size_t bytes = data.size() * sizeof(cl_int);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, data.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem on0(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  Mem on1(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  // b to device 0 (from the host: device 0's host link works): b is then
+  // complete there and at the host.
+  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[0].get(), b.get(), on0.get(), 0, 0, bytes, 0, nullptr, nullptr),
+            CL_SUCCESS);
+  ASSERT_EQ(clFinish(set.queues[0].get()), CL_SUCCESS);
+  migration_stats(true);
+  // b to device 1: device to device from device 0 is the cheaper path.
+  cl_event c = nullptr;
+  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[1].get(), b.get(), on1.get(), 0, 0, bytes, 0, nullptr, &c), CL_SUCCESS);
+  Event copy(c);
+  cl_int status = 1;
+  ASSERT_TRUE(ends(c, status)) << "the copy never ended";
+  EXPECT_EQ(status, CL_COMPLETE);
+  const MigrationStats st = migration_stats();
+  EXPECT_EQ(st.migrations_resourced, 1u);
+  EXPECT_EQ(st.d2d_commands, 0u) << "the copy from device 0 never ran";
+  EXPECT_EQ(st.h2d_bytes, bytes);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), on1.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(out, data);
+}
+
+// With no other copy (the bytes were written on device 0 only), the command
+// that needed them fails, and the bytes stay readable on device 0.
+TEST(PoclPeerFaults, AMigrationWithNoOtherSourceFailsTheCommandAndLosesNothing) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> data(4096, 5), out(4096, 0);
+  const std::size_t bytes = data.size() * sizeof(cl_int);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem on1(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, data.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);  // valid on device 0 only
+  migration_stats(true);
+  cl_event c = nullptr;
+  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[1].get(), b.get(), on1.get(), 0, 0, bytes, 0, nullptr, &c), CL_SUCCESS);
+  Event copy(c);
+  cl_int status = 1;
+  ASSERT_TRUE(ends(c, status)) << "the copy never ended";
+  EXPECT_LT(status, 0);
+  EXPECT_EQ(migration_stats().migrations_resourced, 0u);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(out, data);
+}
+
 }  // namespace

@@ -29,6 +29,7 @@ extern "C" {
 #include <vector>
 
 #include "memlayer/engine/engine.hpp"
+#include "pocl_memlayer_retries.hpp"
 
 namespace {
 
@@ -160,6 +161,7 @@ class PoclHost final : public memlayer::engine::Host {
             std::span<const Event> after) noexcept override;
   bool can_evict(void* cookie, Location at) const noexcept override;
   CopyHandle create_copy(const CopyRequest& r) override;
+  void record_fallbacks(const CopyRequest& r, cl_event ev);
   void submit_copy(CopyHandle copy, std::span<const Event> deps) override;
   void discard_copy(CopyHandle copy) noexcept override;
   const memlayer::migration::CostModel& cost_model() const noexcept override;
@@ -186,6 +188,7 @@ struct ContextState {
   std::array<int, kMaxLocations> device_at{};
   PoclHost host{*this};
   memlayer::engine::Engine engine{host};
+  memlayer::pocl_core::MigrationRetries retries;
 
   cl_device_id device(Location at) const { return device_at[at] < 0 ? nullptr : ctx->devices[device_at[at]]; }
   cl_command_queue queue(Location at) const {
@@ -371,23 +374,32 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   _cl_command_migrate& m = node->command.migrate;
   m.offset = r.offset;
   m.size = r.size;
-  pocl_mem_identifier* ids = mem->device_ptrs;
   if (r.dst == kHost) {
     m.type = ENQUEUE_MIGRATE_TYPE_D2H;
-    m.mem_id = &ids[cs_.device(r.src)->global_mem_id];
-  } else if (r.src == kHost) {
-    m.type = ENQUEUE_MIGRATE_TYPE_H2D;
-    m.mem_id = &ids[cs_.device(r.dst)->global_mem_id];
+    m.mem_id = &mem->device_ptrs[cs_.device(r.src)->global_mem_id];
   } else {
-    m.type = ENQUEUE_MIGRATE_TYPE_D2D;
-    m.src_device = cs_.device(r.src);
-    m.src_id = &ids[m.src_device->global_mem_id];
-    m.dst_id = &ids[cs_.device(r.dst)->global_mem_id];
+    memlayer::pocl_core::point_migration_at(node, cs_.device(r.dst), cs_.device(r.src));
   }
+  record_fallbacks(r, ev);
   CopyHandle h;
   h.event = ev;
   h.host_data = std::shared_ptr<void>(std::shared_ptr<void>(), node);  // no ownership, no allocation
   return h;
+}
+
+// What the copy may fall back on when its transfer keeps failing
+// (pocl_ml_migration_retry): the other complete copies the engine named,
+// for a copy into a device (a copy to the host copy runs on its source
+// device's queue: another source would be another driver's work), and, for
+// the last copy of bytes being evicted, more tries. Only the memlayer
+// driver asks; other drivers' copies are tried as their drivers try them.
+void PoclHost::record_fallbacks(const CopyRequest& r, cl_event ev) {
+  cl_device_id runner = cs_.device(r.dst != kHost ? r.dst : r.src);
+  if (std::strcmp(runner->ops->device_name, "memlayer") != 0) return;
+  std::vector<memlayer::pocl_core::MigrationRetries::Source> also;
+  if (r.dst != kHost)
+    for (const memlayer::engine::CopySource& s : r.also) also.push_back({cs_.device(s.at)});
+  cs_.retries.add(ev, runner, std::move(also), r.last_copy);
 }
 
 // A command whose wait list held an event that had failed already is failed
@@ -455,6 +467,7 @@ void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
   for (Event d : deps) sync_unless_completed(ev, event_of(d));
+  if (ev->dependency_failed) cs_.retries.forget(ev);  // PoCL fails it at enqueue: no driver will
   held_failures().hold_if_failing_early(ev);
   pocl_command_enqueue(ev->queue, node);
   POname(clReleaseEvent)(ev);  // the handle's reference; the engine holds its own
@@ -463,6 +476,7 @@ void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
 void PoclHost::discard_copy(CopyHandle copy) noexcept {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
   cl_mem mem = node->sync.event.event->mem_objs[0];
+  cs_.retries.forget(node->sync.event.event);
   discard_command(node);
   POname(clReleaseMemObject)(mem);
 }
@@ -540,6 +554,8 @@ struct Counters {
   std::atomic<uint64_t> bytes[4]{};
   // Evictions of released contexts (live ones are read from their engines).
   std::atomic<uint64_t> retired_evictions{0}, retired_written_back{0};
+  // pocl_ml_migration_retry's outcomes.
+  std::atomic<uint64_t> resourced{0}, last_copy_retries{0};
   // What a reset subtracted.
   std::atomic<uint64_t> evictions_base{0}, written_back_base{0};
 };
@@ -772,6 +788,23 @@ void pocl_ml_release_context(cl_context context) {
   }
 }
 
+int pocl_ml_migration_retry(_cl_command_node* node) {
+  using Retry = memlayer::pocl_core::MigrationRetries::Retry;
+  auto* cs = static_cast<ContextState*>(node->sync.event.event->context->memlayer_state);
+  if (cs == nullptr) return 0;
+  switch (cs->retries.next(node, room_wait_limit())) {
+    case Retry::resourced: g_counters.resourced.fetch_add(1, std::memory_order_relaxed); return 1;
+    case Retry::again: g_counters.last_copy_retries.fetch_add(1, std::memory_order_relaxed); return 1;
+    case Retry::give_up: break;
+  }
+  return 0;
+}
+
+void pocl_ml_migration_ended(_cl_command_node* node) {
+  auto* cs = static_cast<ContextState*>(node->sync.event.event->context->memlayer_state);
+  if (cs != nullptr) cs->retries.forget(node->sync.event.event);
+}
+
 void pocl_ml_count_migration(pocl_migration_type_t type, size_t bytes) {
   auto t = static_cast<size_t>(type);
   if (t >= 4) return;
@@ -787,6 +820,8 @@ void memlayer_pocl_get_migration_stats(memlayer_pocl_migration_stats* out, int r
   out->h2d_bytes = take(g_counters.bytes[ENQUEUE_MIGRATE_TYPE_H2D]);
   out->d2d_commands = take(g_counters.commands[ENQUEUE_MIGRATE_TYPE_D2D]);
   out->d2d_bytes = take(g_counters.bytes[ENQUEUE_MIGRATE_TYPE_D2D]);
+  out->migrations_resourced = take(g_counters.resourced);
+  out->last_copy_retries = take(g_counters.last_copy_retries);
   uint64_t evictions = g_counters.retired_evictions, written = g_counters.retired_written_back;
   {
     std::lock_guard<std::mutex> lock(g_context_mutex);

@@ -73,6 +73,24 @@ void pocl_ml_release_mem (cl_mem mem);
  * freed. */
 void pocl_ml_release_context (cl_context context);
 
+/* For the driver that runs a migration command memlayer's engine made
+ * (node, still to run): call when its transfer has failed as often as the
+ * driver tries one. 1: try it again, because the node now reads from
+ * another complete copy of its bytes that the engine named (an H2D from the
+ * host copy, or a D2D from that device; only copies into a device are
+ * re-sourced), or because it is the last copy of bytes being evicted
+ * (engine/host.hpp: CopyRequest::last_copy), tried until
+ * POCL_MEMLAYER_ROOM_WAIT_MS has passed since this was first called for it
+ * (the call pauses first: 1 ms, doubling up to 100 ms). 0: nothing is left
+ * to try, fail it. Only commands on memlayer devices' queues are recorded;
+ * 0 for any other, and under PoCL's own engine. */
+POCL_EXPORT int pocl_ml_migration_retry (_cl_command_node *node);
+
+/* The driver has run migration command `node`, or failed it: what
+ * pocl_ml_migration_retry could try for it is forgotten. Call once per
+ * migration command, before its event completes. O(1). */
+POCL_EXPORT void pocl_ml_migration_ended (_cl_command_node *node);
+
 /* Counts one executed migration command of `bytes` (both engines). */
 void pocl_ml_count_migration (pocl_migration_type_t type, size_t bytes);
 
@@ -106,6 +124,9 @@ typedef struct memlayer_pocl_migration_stats
   uint64_t h2d_commands, h2d_bytes;
   uint64_t d2d_commands, d2d_bytes;
   uint64_t evictions, eviction_bytes_written_back;
+  /* pocl_ml_migration_retry: commands re-pointed at another copy, and
+   * pauses before a last copy's next tries */
+  uint64_t migrations_resourced, last_copy_retries;
 } memlayer_pocl_migration_stats;
 
 __attribute__ ((visibility ("default"))) void

@@ -25,6 +25,7 @@ GEN_PROTOTYPES(pthread)
 
 using memlayer::pocl::DriverParameters;
 using memlayer::pocl::MemlayerDevice;
+using memlayer::pocl::is_memlayer;
 
 namespace {
 
@@ -85,9 +86,11 @@ int migrate_range(cl_mem mem, size_t offset, size_t size, const pocl_mem_identif
   return CL_SUCCESS;
 }
 
-bool is_memlayer(cl_device_id d) { return d->ops != nullptr && d->ops->alloc_mem_obj == pocl_memlayer_alloc_mem_obj; }
-
 }  // namespace
+
+namespace memlayer::pocl {
+bool is_memlayer(cl_device_id d) { return d->ops != nullptr && d->ops->alloc_mem_obj == pocl_memlayer_alloc_mem_obj; }
+}  // namespace memlayer::pocl
 
 extern "C" {
 

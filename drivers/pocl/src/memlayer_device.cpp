@@ -106,9 +106,11 @@ void MemlayerDevice::worker(unsigned index) {
     _cl_command_node* node = front.node;
     queue_.pop_front();
     lock.unlock();
+    const bool migration = node->type == CL_COMMAND_MIGRATE_MEM_OBJECTS;
     if (node->sync.event.event->dependency_failed) {
       // A dependency failed (driver_ops.cpp: notify): fail it, unrun. Here,
       // not in notify: every dependency has ended, so nothing names it.
+      if (migration) compat::migration_ended(node);
       compat::fail_event(node->sync.event.event, "memlayer: a command it depends on failed");
     } else if (node->type == CL_COMMAND_NDRANGE_KERNEL) {
       cl_event event = node->sync.event.event;
@@ -132,40 +134,56 @@ void MemlayerDevice::worker(unsigned index) {
     } else if (transfer_fails(node)) {
       // Failed before it started: marked as a command that did not run,
       // which memlayer's engine reads as cancelled (PoclHost::status).
+      if (migration) compat::migration_ended(node);
       cl_event event = node->sync.event.event;
       POCL_LOCK_OBJ(event);
       event->dependency_failed = 1;
       POCL_UNLOCK_OBJ(event);
-      compat::fail_event(event, "memlayer: transfer failed (injected: transfer_faults)");
+      compat::fail_event(event, "memlayer: transfer failed (injected: transfer_faults, peer_read_faults)");
     } else {
+      if (migration) compat::migration_ended(node);
       pocl_exec_command(node);
     }
     lock.lock();
   }
 }
 
-bool MemlayerDevice::transfer_fails(const _cl_command_node* node) {
+bool MemlayerDevice::transfer_fails(_cl_command_node* node) {
   const bool migration =
       node->type == CL_COMMAND_MIGRATE_MEM_OBJECTS && node->command.migrate.type != ENQUEUE_MIGRATE_TYPE_NOP;
-  for (int tries = migration ? kMigrationTries : 1; tries > 0; --tries)
-    if (!inject_transfer_fault(node->type)) return false;
+  if (!migration) return counts_as_transfer(node->type) && draw_fault(params_.transfer_faults, transfers_);
+  do {
+    for (int tries = kMigrationTries; tries > 0; --tries)
+      if (!migration_fault(node->command.migrate)) return false;
+  } while (compat::retry_migration(node));
   return true;
 }
 
-bool MemlayerDevice::inject_transfer_fault(cl_command_type type) {
-  if (params_.transfer_faults <= 0) return false;
+bool MemlayerDevice::migration_fault(const _cl_command_migrate& m) {
+  if (draw_fault(params_.transfer_faults, transfers_)) return true;
+  if (m.type != ENQUEUE_MIGRATE_TYPE_D2D || m.src_device == nullptr || !is_memlayer(m.src_device)) return false;
+  auto& source = *static_cast<MemlayerDevice*>(m.src_device->data);
+  return draw_fault(source.params_.peer_read_faults, source.peer_reads_);
+}
+
+bool MemlayerDevice::counts_as_transfer(cl_command_type type) {
   switch (type) {
     case CL_COMMAND_READ_BUFFER: case CL_COMMAND_WRITE_BUFFER: case CL_COMMAND_COPY_BUFFER:
     case CL_COMMAND_READ_BUFFER_RECT: case CL_COMMAND_WRITE_BUFFER_RECT: case CL_COMMAND_COPY_BUFFER_RECT:
-    case CL_COMMAND_MIGRATE_MEM_OBJECTS: break;
+    case CL_COMMAND_MIGRATE_MEM_OBJECTS:
+      return true;
     default: return false;
   }
+}
+
+bool MemlayerDevice::draw_fault(double probability, std::atomic<std::uint64_t>& count) const {
+  if (probability <= 0) return false;
   // splitmix64 of (seed, count): a uniform draw in [0, 1).
-  std::uint64_t z = params_.fault_seed * 0x9E3779B97F4A7C15ull + transfers_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t z = params_.fault_seed * 0x9E3779B97F4A7C15ull + count.fetch_add(1, std::memory_order_relaxed);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53 < params_.transfer_faults;
+  return static_cast<double>(z >> 11) * 0x1.0p-53 < probability;
 }
 
 std::shared_ptr<KernelRun> MemlayerDevice::prepare_kernel(_cl_command_node* node) const {

@@ -83,19 +83,26 @@ class MemlayerDevice {
   bool run_groups(KernelRun& run, std::size_t first, std::size_t last, ComputeUnit& cu) const;
   void finish_kernel(KernelRun& run) const;
 
-  // Fault injection (DriverParameters::transfer_faults): true when this
-  // transfer command is to fail. Deterministic in the seed and the count.
-  bool inject_transfer_fault(cl_command_type type);
-  // Whether transfer command `node` fails, after its tries: a migration
-  // (what a migration engine makes to keep copies coherent) is tried up to
-  // kMigrationTries times, as memlayer's runtime tries its hidden copies
-  // (doc/runtime.md, failures); a user's own transfer once.
-  bool transfer_fails(const _cl_command_node* node);
+  // Fault injection (DriverParameters::transfer_faults, peer_read_faults),
+  // deterministic in the seed and the count. Whether transfer command
+  // `node` fails, after its tries: a migration (what a migration engine
+  // makes to keep copies coherent) is tried up to kMigrationTries times, as
+  // memlayer's runtime tries its hidden copies (doc/runtime.md, failures),
+  // then from each other copy memlayer's engine named, as often, and, the
+  // last copy of bytes being evicted, until the room wait has passed
+  // (compat::retry_migration); a user's own transfer once.
+  bool transfer_fails(_cl_command_node* node);
+  // One try of migration `m`: a fault of this device's, or of the device a
+  // device-to-device copy reads from (its peer_read_faults).
+  bool migration_fault(const _cl_command_migrate& m);
+  static bool counts_as_transfer(cl_command_type type);
+  bool draw_fault(double probability, std::atomic<std::uint64_t>& count) const;
   static constexpr int kMigrationTries = 3;
 
   cl_device_id device_;
   DriverParameters params_;
   std::atomic<std::uint64_t> transfers_{0};
+  std::atomic<std::uint64_t> peer_reads_{0};  // D2D copies other devices made from this one
   drivers::DeviceMemory memory_;
   std::vector<std::unique_ptr<ComputeUnit>> units_;
 
@@ -105,5 +112,8 @@ class MemlayerDevice {
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
+
+/// Whether `d` is a memlayer device (its ops are this driver's).
+bool is_memlayer(cl_device_id d);
 
 }  // namespace memlayer::pocl

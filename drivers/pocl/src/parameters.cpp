@@ -76,12 +76,14 @@ drivers::DevResult<DriverParameters> parse_parameters(const char* text) {
       p.alignment = n;
     } else if (key == "transfer_faults") {
       if (!parse_probability(value, p.transfer_faults)) return bad + " (a probability from 0 to 1)";
+    } else if (key == "peer_read_faults") {
+      if (!parse_probability(value, p.peer_read_faults)) return bad + " (a probability from 0 to 1)";
     } else if (key == "fault_seed") {
       if (!parse_size(value, n)) return bad + " (a number)";
       p.fault_seed = n;
     } else {
       return "memlayer parameters: unknown key '" + key +
-             "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, fault_seed)";
+             "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, peer_read_faults, fault_seed)";
     }
   }
   if (p.local_mem > p.global_mem) return std::string("memlayer parameters: local_mem is larger than global_mem");

@@ -15,6 +15,11 @@
 //                  the device (buffer read, write, copy, their rect forms,
 //                  migrations) fails before it starts with this probability
 //                  (0 to 1, e.g. 0.001), default 0
+//   peer_read_faults  fault injection, for testing: each try of a
+//                  device-to-device migration that reads from this device
+//                  (another memlayer device runs it) fails with this
+//                  probability, default 0: a link out of the device that
+//                  fails while its host link works
 //   fault_seed     the seed of those draws, default 1
 //
 // Pure C++, no PoCL: the parser is unit-tested in memlayer's own tests.
@@ -34,7 +39,8 @@ struct DriverParameters {
   unsigned compute_units = 0;  ///< 0: the host's cores
   int numa_node = -1;          ///< -1: the device index modulo the nodes
   std::uint64_t alignment = 128;
-  double transfer_faults = 0;  ///< probability in [0, 1]
+  double transfer_faults = 0;   ///< probability in [0, 1]
+  double peer_read_faults = 0;  ///< probability in [0, 1]
   std::uint64_t fault_seed = 1;
 };
 

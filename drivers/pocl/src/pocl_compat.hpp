@@ -22,6 +22,9 @@ extern "C" {
 }
 #else
 #include "builtin_kernels.hh"
+// memlayer's engine in PoCL's core (drivers/pocl/core): the fallbacks of the
+// migrations it makes.
+#include "pocl_memlayer_migration.h"
 // libpocl's clReleaseEvent, by its exported (C) name: its headers declare
 // it without C linkage for C++, so the name would be mangled.
 extern "C" cl_int memlayer_release_event(cl_event event) __asm__("POclReleaseEvent");
@@ -248,5 +251,27 @@ class KernelFloatMode {
   unsigned rm_ = 0;
   unsigned ftz_ = 0;
 };
+
+/// After migration command `node` failed its tries: whether to try it
+/// again (it now reads from another complete copy of its bytes, or is the
+/// last copy of bytes being evicted: pocl_ml_migration_retry). PoCL 7.1's
+/// core has no memlayer engine yet: never.
+inline bool retry_migration(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  (void)node;
+  return false;
+#else
+  return pocl_ml_migration_retry(node) != 0;
+#endif
+}
+
+/// Migration command `node` has been run or failed (pocl_ml_migration_ended).
+inline void migration_ended(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  (void)node;
+#else
+  pocl_ml_migration_ended(node);
+#endif
+}
 
 }  // namespace memlayer::pocl::compat

@@ -1,0 +1,105 @@
+#include "pocl_memlayer_retries.hpp"
+
+// PoCL declares its internal API entry points without C linkage for C++.
+extern "C" {
+#include "pocl_util.h"
+}
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+namespace memlayer::pocl_core {
+
+namespace {
+
+bool finished(cl_event e) { return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE; }
+
+}  // namespace
+
+MigrationRetries::~MigrationRetries() {
+  for (auto& [e, plan] : plans_) POname(clReleaseEvent)(e);
+}
+
+void MigrationRetries::add(cl_event e, cl_device_id dst, std::vector<Source> also, bool last_copy) {
+  if (also.empty() && !last_copy) return;
+  POname(clRetainEvent)(e);
+  std::vector<cl_event> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (plans_.size() >= purge_at_) {
+      done = purge_locked();
+      purge_at_ = std::max<std::size_t>(64, 2 * plans_.size());
+    }
+    Plan& p = plans_[e];
+    p.dst = dst;
+    p.also = std::move(also);
+    p.last_copy = last_copy;
+    count_.store(plans_.size(), std::memory_order_release);
+  }
+  for (cl_event d : done) POname(clReleaseEvent)(d);
+}
+
+void MigrationRetries::forget(cl_event e) noexcept {
+  if (count_.load(std::memory_order_acquire) == 0) return;
+  bool held = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held = plans_.erase(e) > 0;
+    count_.store(plans_.size(), std::memory_order_release);
+  }
+  if (held) POname(clReleaseEvent)(e);
+}
+
+MigrationRetries::Retry MigrationRetries::next(_cl_command_node* node, std::chrono::milliseconds limit) {
+  cl_event e = node->sync.event.event;
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = plans_.find(e);
+  if (it == plans_.end()) return Retry::give_up;
+  Plan& p = it->second;
+  if (p.next < p.also.size()) {
+    const Source s = p.also[p.next++];
+    const cl_device_id dst = p.dst;
+    lock.unlock();
+    point_migration_at(node, dst, s.device);
+    return Retry::resourced;
+  }
+  if (!p.last_copy) return Retry::give_up;
+  const Clock::time_point now = Clock::now();
+  if (p.give_up == Clock::time_point{}) p.give_up = now + limit;
+  if (now >= p.give_up) return Retry::give_up;
+  const Clock::duration pause = std::min<Clock::duration>(p.pause, p.give_up - now);
+  p.pause = std::min(p.pause * 2, std::chrono::milliseconds(100));
+  lock.unlock();
+  std::this_thread::sleep_for(pause);
+  return Retry::again;
+}
+
+std::vector<cl_event> MigrationRetries::purge_locked() {
+  std::vector<cl_event> done;
+  std::erase_if(plans_, [&](const auto& entry) {
+    if (!finished(entry.first)) return false;
+    done.push_back(entry.first);
+    return true;
+  });
+  return done;
+}
+
+void point_migration_at(_cl_command_node* node, cl_device_id dst, cl_device_id from) {
+  _cl_command_migrate& m = node->command.migrate;
+  pocl_mem_identifier* ids = node->sync.event.event->mem_objs[0]->device_ptrs;
+  if (from == nullptr) {
+    m.type = ENQUEUE_MIGRATE_TYPE_H2D;
+    m.mem_id = &ids[dst->global_mem_id];
+    m.src_device = nullptr;
+    m.src_id = m.dst_id = nullptr;
+  } else {
+    m.type = ENQUEUE_MIGRATE_TYPE_D2D;
+    m.src_device = from;
+    m.src_id = &ids[from->global_mem_id];
+    m.dst_id = &ids[dst->global_mem_id];
+    m.mem_id = nullptr;
+  }
+}
+
+}  // namespace memlayer::pocl_core
