@@ -83,9 +83,10 @@ MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t si
 // Clears class c's bits if its list is now empty. Without a branch: whether
 // a list empties is data the predictor cannot learn (measured with
 // cachegrind's branch simulation: a third of a mispredict per pair).
-MEMLAYER_HOT_INLINE void RegionCore::update_bitmaps(unsigned c) noexcept {
+// `head`: the class's head as the caller just wrote it (not read back).
+MEMLAYER_HOT_INLINE void RegionCore::update_bitmaps(unsigned c, RecordIndex head) noexcept {
   std::uint32_t& sl_map = sl_bitmap_[first_level(c)];
-  sl_map &= ~(static_cast<std::uint32_t>(heads_[c] == kSentinel) << second_level(c));
+  sl_map &= ~(static_cast<std::uint32_t>(head == kSentinel) << second_level(c));
   fl_bitmap_ &= ~(static_cast<std::uint64_t>(sl_map == 0) << first_level(c));
 }
 
@@ -102,27 +103,30 @@ MEMLAYER_HOT_INLINE void RegionCore::unlink_free(RecordIndex i, std::uint64_t si
   RecordIndex* const link = prev != kSentinel ? &records_[prev].next_free : &heads_[c];
   *link = next;
   records_[next].prev_free = prev;
-  update_bitmaps(c);
+  update_bitmaps(c, heads_[c]);
   if (size_units == largest_units_) largest_units_ = kLargestUnknown;
 }
 
 // The O(1) good-fit search: the first non-empty class at or above the class
-// that guarantees `search_units`. Any block there fits. Returns that class,
-// or kNoClass.
-MEMLAYER_HOT_INLINE unsigned RegionCore::find_fast(std::uint64_t search_units) const noexcept {
+// that guarantees `search_units`. Any block there fits. Returns that class's
+// head and sets *found to the class, or returns kSentinel. (A head, not the
+// class alone: the caller then tests the value it needs next, where testing
+// a class against kNoClass cost a compare the compiler could not drop.)
+MEMLAYER_HOT_INLINE RecordIndex RegionCore::find_fast(std::uint64_t search_units, unsigned* found) const noexcept {
   const unsigned at_least = class_at_least(search_units);
-  if (at_least == kNoClass) [[unlikely]] return kNoClass;
+  if (at_least == kNoClass) [[unlikely]] return kSentinel;
   unsigned fl = first_level(at_least);
   std::uint32_t sl_map = sl_bitmap_[fl] & (~0u << second_level(at_least));
   if (sl_map == 0) {
     // fl + 1 <= kFlCount = 60: the shift stays below 64, and the bitmap has
     // no bits at or above kFlCount.
     const std::uint64_t fl_map = fl_bitmap_ & (~std::uint64_t{0} << (fl + 1));
-    if (fl_map == 0) return kNoClass;
+    if (fl_map == 0) return kSentinel;
     fl = static_cast<unsigned>(std::countr_zero(fl_map));
     sl_map = sl_bitmap_[fl];
   }
-  return (fl << kSlLog2) + static_cast<unsigned>(std::countr_zero(sl_map));
+  *found = (fl << kSlLog2) + static_cast<unsigned>(std::countr_zero(sl_map));
+  return heads_[*found];
 }
 
 // The fallback: every free block that could hold asize lives in its class or
@@ -230,7 +234,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
   const RecordIndex after = b.next_free;
   heads_[c] = after;
   records_[after].prev_free = kSentinel;  // no branch: block_record.hpp
-  update_bitmaps(c);
+  update_bitmaps(c, after);
   if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
   set_units(b, asize_units);
@@ -262,8 +266,9 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
     // Rounded up without overflow: size - 1 cannot wrap here.
     const std::uint64_t asize_units = ((size - 1) >> glog_) + 1;
     if (asize_units <= size_units_) [[likely]] {
-      if (const unsigned c = find_fast(asize_units); c != kNoClass) [[likely]]
-        return carve_head(heads_[c], c, asize_units);
+      unsigned c = 0;
+      if (const RecordIndex i = find_fast(asize_units, &c); i != kSentinel) [[likely]]
+        return carve_head(i, c, asize_units);
     }
   }
   return allocate_general(size, alignment);
@@ -285,7 +290,8 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
   if (asize > kMax - worst_pad) return Error{Errc::alignment_overflow, size, alignment};
 
   if (asize <= size_) {
-    if (const unsigned c = find_fast(units(asize + worst_pad)); c != kNoClass) return carve(heads_[c], units(asize), align);
+    unsigned c = 0;
+    if (const RecordIndex i = find_fast(units(asize + worst_pad), &c); i != kSentinel) return carve(i, units(asize), align);
     ++slow_;
     if (RecordIndex i = find_best(units(asize), align); i != kSentinel) return carve(i, units(asize), align);
   }

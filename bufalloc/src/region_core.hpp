@@ -45,9 +45,9 @@ class RegionCore {
     r.size = size_units < kSizeFromNext ? static_cast<std::uint32_t>(size_units) : kSizeFromNext;
   }
   void insert_free(RecordIndex i, std::uint64_t size_units) noexcept;
-  void update_bitmaps(unsigned c) noexcept;
+  void update_bitmaps(unsigned c, RecordIndex head) noexcept;
   void unlink_free(RecordIndex i, std::uint64_t size_units) noexcept;
-  unsigned find_fast(std::uint64_t search_units) const noexcept;
+  RecordIndex find_fast(std::uint64_t search_units, unsigned* found) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
   BlockHandle carve(RecordIndex i, std::uint64_t asize_units, Size alignment);
   Result<BlockHandle> carve_head(RecordIndex i, unsigned c, std::uint64_t asize_units);
