@@ -55,7 +55,12 @@ struct BlockRecord {
   std::uint32_t tag;
   RecordIndex prev_phys;  ///< neighbours in address order (kSentinel at the ends)
   RecordIndex next_phys;
-  RecordIndex prev_free;  ///< size-class list links while free (kSentinel: none)
+  /// Size-class list links while free (kSentinel: none). A list head's
+  /// prev_free is left as it was, never read: the head is the one heads_
+  /// names, and popping it then writes nothing into the record after it (at
+  /// 10^5 live blocks, a cache miss saved per allocate()). It still names a
+  /// record made (the old head, or kSentinel).
+  RecordIndex prev_free;
   RecordIndex next_free;  ///< ... and the pool's spare chain while unused
 
   [[nodiscard]] RecordKind kind() const noexcept { return static_cast<RecordKind>(tag & 3u); }

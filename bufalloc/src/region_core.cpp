@@ -71,6 +71,8 @@ MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t si
   RecordIndex& head = heads_[c];
   BlockRecord& b = records_[i];
   set_units(b, size_units);
+  // A head's prev_free is never read (block_record.hpp), but it always names
+  // a record made, so that unlink_free() may form its address.
   b.prev_free = kSentinel;
   b.next_free = head;
   records_[head].prev_free = i;  // no branch on an empty list: block_record.hpp
@@ -98,9 +100,10 @@ MEMLAYER_HOT_INLINE void RegionCore::unlink_free(RecordIndex i, std::uint64_t si
   const RecordIndex prev = b.prev_free;
   const RecordIndex next = b.next_free;
   const unsigned c = class_of(size_units);
-  // The link that names i: the predecessor's, or the list head. Selected,
-  // not branched on (block_record.hpp: the sentinel's links are scratch).
-  RecordIndex* const link = prev != kSentinel ? &records_[prev].next_free : &heads_[c];
+  // The link that names i: the list head's, or the predecessor's (a head's
+  // prev_free is stale: block_record.hpp). Selected, not branched on (the
+  // sentinel's links are scratch).
+  RecordIndex* const link = heads_[c] == i ? &heads_[c] : &records_[prev].next_free;
   *link = next;
   records_[next].prev_free = prev;
   update_bitmaps(c, heads_[c]);
@@ -233,7 +236,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
   BlockRecord& b = records_[i];  // after acquire(), which may move the records
   const RecordIndex after = b.next_free;
   heads_[c] = after;
-  records_[after].prev_free = kSentinel;  // no branch: block_record.hpp
+  // Nothing to write into the new head: its prev_free is never read.
   update_bitmaps(c, after);
   if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
