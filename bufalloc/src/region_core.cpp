@@ -227,11 +227,14 @@ BlockHandle RegionCore::carve(RecordIndex i, std::uint64_t asize_units, Size ali
 // unlink_free()'s middle-of-list cases. acquire() is the only host
 // allocation and comes before any change, so a std::bad_alloc changes
 // nothing.
+// kExact: c is an exact class (below kExactClasses) and the request's own,
+// so the block fits exactly and there is no tail to make.
+template <bool kExact>
 MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, unsigned c,
                                                                std::uint64_t asize_units) {
-  const std::uint64_t block_units = units_of(records_[i]);
+  const std::uint64_t block_units = kExact ? asize_units : units_of(records_[i]);
   const std::uint64_t tail_units = block_units - asize_units;
-  const RecordIndex tail = tail_units != 0 ? records_.acquire() : kSentinel;
+  const RecordIndex tail = !kExact && tail_units != 0 ? records_.acquire() : kSentinel;
 
   BlockRecord& b = records_[i];  // after acquire(), which may move the records
   const RecordIndex after = b.next_free;
@@ -240,8 +243,8 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
   update_bitmaps(c, after);
   if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
-  set_units(b, asize_units);
-  if (tail != kSentinel) {
+  if constexpr (!kExact) set_units(b, asize_units);
+  if (!kExact && tail != kSentinel) {
     BlockRecord& t = records_[tail];
     const RecordIndex next = b.next_phys;
     t.address = b.address + (asize_units << glog_);
@@ -268,10 +271,20 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
   if (alignment <= granularity_ && (alignment & (alignment - 1)) == 0 && size != 0 && !index_) [[likely]] {
     // Rounded up without overflow: size - 1 cannot wrap here.
     const std::uint64_t asize_units = ((size - 1) >> glog_) + 1;
+    // Below kExactClasses granules a class holds one size, and the class
+    // index is the size: when the request's own class has a block, that
+    // block is the one find_fast() would take, and it fits exactly. Testing
+    // that first decides "exact fit or split" from the list head alone,
+    // before any record is read; the answer depends on the request's size
+    // and no predictor learns it, so deciding it early makes the mispredict
+    // cheaper, and the exact case skips the search. Class 0 is always empty
+    // (no block has 0 granules): larger requests look there and move on.
+    const unsigned exact = asize_units < kExactClasses ? static_cast<unsigned>(asize_units) : 0;
+    if (const RecordIndex i = heads_[exact]; i != kSentinel) return carve_head<true>(i, exact, asize_units);
     if (asize_units <= size_units_) [[likely]] {
       unsigned c = 0;
       if (const RecordIndex i = find_fast(asize_units, &c); i != kSentinel) [[likely]]
-        return carve_head(i, c, asize_units);
+        return carve_head<false>(i, c, asize_units);
     }
   }
   return allocate_general(size, alignment);

@@ -50,6 +50,7 @@ class RegionCore {
   RecordIndex find_fast(std::uint64_t search_units, unsigned* found) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
   BlockHandle carve(RecordIndex i, std::uint64_t asize_units, Size alignment);
+  template <bool kExact>
   Result<BlockHandle> carve_head(RecordIndex i, unsigned c, std::uint64_t asize_units);
   Result<BlockHandle> allocate_general(Size size, Size alignment);
   BlockHandle make_handle(Address address, RecordIndex i, std::uint32_t generation) const noexcept {

@@ -21,6 +21,8 @@ inline constexpr unsigned kSlLog2 = 5;
 inline constexpr unsigned kSlCount = 1u << kSlLog2;
 inline constexpr unsigned kFlCount = 64 - kSlLog2 + 1;  // units < 2^64
 inline constexpr unsigned kClassCount = kFlCount * kSlCount;
+/// Classes below this hold one size each, equal to the class number.
+inline constexpr unsigned kExactClasses = 2 * kSlCount;
 /// class_at_least(): no class can guarantee the fit.
 inline constexpr unsigned kNoClass = kClassCount;
 
@@ -74,6 +76,8 @@ constexpr bool all_match() {
     const unsigned c = class_at_least(u);
     if (c < class_of(u) || c > class_of(u) + 1) return false;
   }
+  for (std::uint64_t u = 1; u < kExactClasses; ++u)
+    if (class_of(u) != u || class_at_least(u) != u) return false;
   return class_at_least(~std::uint64_t{0}) == kNoClass && class_of(~std::uint64_t{0}) == kClassCount - 1;
 }
 static_assert(all_match(), "class_of()/class_at_least() disagree with the size classes' definition");
