@@ -59,7 +59,9 @@ struct BlockRecord {
   /// prev_free is left as it was, never read: the head is the one heads_
   /// names, and popping it then writes nothing into the record after it (at
   /// 10^5 live blocks, a cache miss saved per allocate()). It still names a
-  /// record made (the old head, or kSentinel).
+  /// record made (RecordPool::acquire() starts a new record with kSentinel,
+  /// and every later value is a link), so that unlink_free() may form the
+  /// address of the record it names.
   RecordIndex prev_free;
   RecordIndex next_free;  ///< ... and the pool's spare chain while unused
 

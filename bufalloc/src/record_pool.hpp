@@ -42,6 +42,9 @@ class RecordPool {
     if (made_ == capacity_) grow();
     const RecordIndex i = made_++;
     records_[i].tag = 0;
+    // A free-list head's prev_free is never read, but always names a record
+    // made (block_record.hpp): a new record starts with one.
+    records_[i].prev_free = kSentinel;
     return i;
   }
 

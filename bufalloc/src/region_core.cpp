@@ -63,17 +63,17 @@ void RegionCore::init_space() {
   live_ = 0;
   largest_units_ = 0;
   b.change_kind<RecordKind::unused, RecordKind::free>();
+  set_units(b, units(size_));
   insert_free(first, units(size_));
 }
 
+// Files free block i, of size_units granules, in its class; the caller has
+// set its size field. Its prev_free is left alone: a head's is never read
+// (block_record.hpp).
 MEMLAYER_HOT_INLINE void RegionCore::insert_free(RecordIndex i, std::uint64_t size_units) noexcept {
   const unsigned c = class_of(size_units);
   RecordIndex& head = heads_[c];
   BlockRecord& b = records_[i];
-  set_units(b, size_units);
-  // A head's prev_free is never read (block_record.hpp), but it always names
-  // a record made, so that unlink_free() may form its address.
-  b.prev_free = kSentinel;
   b.next_free = head;
   records_[head].prev_free = i;  // no branch on an empty list: block_record.hpp
   head = i;
@@ -197,6 +197,7 @@ BlockHandle RegionCore::carve(RecordIndex i, std::uint64_t asize_units, Size ali
     b.prev_phys = lead;
     b.address += pad_units << glog_;
     l.change_kind<RecordKind::unused, RecordKind::free>();
+    set_units(l, pad_units);
     insert_free(lead, pad_units);
   }
   set_units(b, asize_units);
@@ -208,6 +209,7 @@ BlockHandle RegionCore::carve(RecordIndex i, std::uint64_t asize_units, Size ali
     records_[b.next_phys].prev_phys = tail;
     b.next_phys = tail;
     t.change_kind<RecordKind::unused, RecordKind::free>();
+    set_units(t, tail_units);
     insert_free(tail, tail_units);
   }
   b.change_kind<RecordKind::free, RecordKind::live>();
@@ -253,6 +255,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
     records_[next].prev_phys = tail;
     b.next_phys = tail;
     t.change_kind<RecordKind::unused, RecordKind::free>();
+    set_units(t, tail_units);
     insert_free(tail, tail_units);
   }
   b.change_kind<RecordKind::free, RecordKind::live>();
@@ -351,6 +354,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
     records_[after].prev_phys = start;
     records_.release(next);
   }
+  set_units(records_[start], merged_units);
   insert_free(start, merged_units);
 }
 
