@@ -45,11 +45,16 @@ constexpr unsigned second_level(unsigned c) noexcept { return c & (kSlCount - 1)
 /// rounded up to the next class boundary. kNoClass when that rounding
 /// overflows (no class can guarantee the fit; only the fallback search can
 /// help). units >= 1.
+/// The first step of class_at_least(): units rounded up to the next class
+/// boundary, into *rounded; false when that overflows. For a caller that
+/// branches on the overflow itself.
+constexpr bool round_up_to_class(std::uint64_t units, std::uint64_t* rounded) noexcept {
+  return !__builtin_add_overflow(units, (std::uint64_t{1} << class_shift(units)) - 1, rounded);
+}
+
 constexpr unsigned class_at_least(std::uint64_t units) noexcept {
-  const std::uint64_t step_minus_one = (std::uint64_t{1} << class_shift(units)) - 1;
   std::uint64_t rounded = 0;
-  if (__builtin_add_overflow(units, step_minus_one, &rounded)) return kNoClass;
-  return class_of(rounded);
+  return round_up_to_class(units, &rounded) ? class_of(rounded) : kNoClass;
 }
 
 namespace size_class_checks {
