@@ -41,10 +41,6 @@ constexpr unsigned class_of(std::uint64_t units) noexcept {
 constexpr unsigned first_level(unsigned c) noexcept { return c >> kSlLog2; }
 constexpr unsigned second_level(unsigned c) noexcept { return c & (kSlCount - 1); }
 
-/// The lowest class whose every block holds at least `units` granules: units
-/// rounded up to the next class boundary. kNoClass when that rounding
-/// overflows (no class can guarantee the fit; only the fallback search can
-/// help). units >= 1.
 /// The first step of class_at_least(): units rounded up to the next class
 /// boundary, into *rounded; false when that overflows. For a caller that
 /// branches on the overflow itself.
@@ -52,6 +48,10 @@ constexpr bool round_up_to_class(std::uint64_t units, std::uint64_t* rounded) no
   return !__builtin_add_overflow(units, (std::uint64_t{1} << class_shift(units)) - 1, rounded);
 }
 
+/// The lowest class whose every block holds at least `units` granules: units
+/// rounded up to the next class boundary. kNoClass when that rounding
+/// overflows (no class can guarantee the fit; only the fallback search can
+/// help). units >= 1.
 constexpr unsigned class_at_least(std::uint64_t units) noexcept {
   std::uint64_t rounded = 0;
   return round_up_to_class(units, &rounded) ? class_of(rounded) : kNoClass;
