@@ -182,6 +182,15 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   }
 }
 
+// Adds `events` to what a device_busy failure waits for, each once.
+void Transaction::wait_for_room(std::span<const Event> events) {
+  for (Event e : events) {
+    if (std::find(s_.room_after.begin(), s_.room_after.end(), e) != s_.room_after.end()) continue;
+    hold(e);
+    s_.room_after.push_back(e);
+  }
+}
+
 // Whether `st`'s write-backs are still running; drops those that ended.
 bool Transaction::writing_back(Buffer& b, Storage& st) {
   std::erase_if(st.write_backs, [&](Event e) {
@@ -221,8 +230,12 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
-    const bool candidate = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc) &&
-                           !writing_back(*b, b->storage_[loc]);
+    const bool placed = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc);
+    // One that a write-back (this enqueue's or another's) is saving: room
+    // once that ends, so a failure waits for it (device_busy).
+    const bool saving = placed && writing_back(*b, b->storage_[loc]);
+    if (saving) wait_for_room(b->storage_[loc].write_backs);
+    const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
     if (!candidate || (clean_only && need != WriteBack::none)) {
       b->mutex_.unlock();
@@ -338,8 +351,7 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
     victim.add_user(victim.storage(kHost), e);
     victim.hold(e);
     st.write_backs.push_back(e);
-    hold(e);
-    s_.room_after.push_back(e);
+    wait_for_room(std::span(&e, 1));
   }
   s_.copy_events.resize(*first_event);
   return true;

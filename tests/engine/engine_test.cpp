@@ -169,6 +169,38 @@ TEST_F(EngineTest, EvictionWritesBackTheLeastRecentlyUsedBeforeItEvictsIt) {
   host_.run_all();
 }
 
+// The only buffer that could make room is being written back for another
+// enqueue: this one waits for that write-back too (device_busy), it does not
+// fail as if nothing could ever be evicted (device_full).
+TEST_F(EngineTest, AnEnqueueWaitsForAWriteBackAnotherEnqueueStarted) {
+  Buffer& dirty_a = make(4096, false);
+  Buffer& dirty_b = make(4096, false);
+  ASSERT_NE(enqueue({{&dirty_a, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  ASSERT_NE(enqueue({{&dirty_b, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  host_.run_all();
+  Buffer& first = make(4096, true);
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&first, {0, 4096, Access::read}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  const std::vector<Event> write_back(sub_.waits().begin(), sub_.waits().end());
+  ASSERT_EQ(write_back.size(), 1u);
+  sub_.clear();
+  // dirty_b is this command's own; dirty_a is being saved by the first.
+  Buffer& second = make(4096, true);
+  error.reset();
+  EXPECT_EQ(enqueue({{&dirty_b, {0, 4096, Access::read}}, {&second, {0, 4096, Access::read}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  EXPECT_EQ(std::vector<Event>(sub_.waits().begin(), sub_.waits().end()), write_back);
+  sub_.clear();
+  ASSERT_TRUE(host_.run_until_done(write_back));
+  ASSERT_NE(enqueue({{&dirty_b, {0, 4096, Access::read}}, {&second, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_FALSE(dirty_a.has_storage(1));
+  EXPECT_TRUE(dirty_a.valid_at(kHost, 0, 4096));
+  host_.run_all();
+}
+
 // A write-back that fails loses nothing: the bytes stay where they are,
 // with their storage, and the next try writes them back again.
 TEST_F(EngineTest, AFailedWriteBackKeepsTheStorageAndTheBytes) {

@@ -235,6 +235,11 @@ TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
             }),
             CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
   EXPECT_EQ(p, nullptr);
+  // The application has no pointer to unmap: the failed map leaves no
+  // mapping behind (a mapped buffer keeps its device storage for good).
+  cl_uint maps = 1;
+  ASSERT_EQ(clGetMemObjectInfo(b.get(), CL_MEM_MAP_COUNT, sizeof maps, &maps, nullptr), CL_SUCCESS);
+  EXPECT_EQ(maps, 0u);
 
   // Implicit: a write of the same bytes on the other device, gated on a
   // user event that fails while the read blocks.
