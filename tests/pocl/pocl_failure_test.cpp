@@ -286,6 +286,16 @@ TEST(PoclFaults, AFaultyDevicesWritesFailAndLoseNothing) {
   }
 }
 
+// Copies all `bytes` of `from` into `to` on `q` and waits (bounded): the
+// copy's final status, or 1 when it never ended.
+cl_int copy_and_wait(cl_command_queue q, cl_mem from, cl_mem to, std::size_t bytes) {
+  cl_event c = nullptr;
+  if (clEnqueueCopyBuffer(q, from, to, 0, 0, bytes, 0, nullptr, &c) != CL_SUCCESS) return 1;
+  Event copy(c);
+  cl_int status = 1;
+  return ends(c, status) ? status : 1;
+}
+
 // Device 0's links to its peers fail every transfer
 // (POCL_MEMLAYER0_PARAMETERS=peer_read_faults=1); its host link works.
 // Bytes held on device 0 and at the host reach device 1 from the host copy
@@ -304,17 +314,10 @@ TEST(PoclPeerFaults, AMigrationWhosePeerSourceFailsIsMadeFromTheHostCopy) {
   Mem on1(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
   // b to device 0 (from the host: device 0's host link works): b is then
   // complete there and at the host.
-  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[0].get(), b.get(), on0.get(), 0, 0, bytes, 0, nullptr, nullptr),
-            CL_SUCCESS);
-  ASSERT_EQ(clFinish(set.queues[0].get()), CL_SUCCESS);
+  ASSERT_EQ(copy_and_wait(set.queues[0].get(), b.get(), on0.get(), bytes), CL_COMPLETE);
   migration_stats(true);
   // b to device 1: device to device from device 0 is the cheaper path.
-  cl_event c = nullptr;
-  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[1].get(), b.get(), on1.get(), 0, 0, bytes, 0, nullptr, &c), CL_SUCCESS);
-  Event copy(c);
-  cl_int status = 1;
-  ASSERT_TRUE(ends(c, status)) << "the copy never ended";
-  EXPECT_EQ(status, CL_COMPLETE);
+  EXPECT_EQ(copy_and_wait(set.queues[1].get(), b.get(), on1.get(), bytes), CL_COMPLETE);
   const MigrationStats st = migration_stats();
   EXPECT_EQ(st.migrations_resourced, 1u);
   EXPECT_EQ(st.d2d_commands, 0u) << "the copy from device 0 never ran";
@@ -338,12 +341,7 @@ TEST(PoclPeerFaults, AMigrationWithNoOtherSourceFailsTheCommandAndLosesNothing) 
   ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, data.data(), 0, nullptr, nullptr),
             CL_SUCCESS);  // valid on device 0 only
   migration_stats(true);
-  cl_event c = nullptr;
-  ASSERT_EQ(clEnqueueCopyBuffer(set.queues[1].get(), b.get(), on1.get(), 0, 0, bytes, 0, nullptr, &c), CL_SUCCESS);
-  Event copy(c);
-  cl_int status = 1;
-  ASSERT_TRUE(ends(c, status)) << "the copy never ended";
-  EXPECT_LT(status, 0);
+  EXPECT_LT(copy_and_wait(set.queues[1].get(), b.get(), on1.get(), bytes), 0);
   EXPECT_EQ(migration_stats().migrations_resourced, 0u);
   ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
             CL_SUCCESS);

@@ -30,15 +30,16 @@ struct Rig {
   std::vector<std::shared_ptr<Queue>> queues;
 };
 
-Rig rig_of(std::vector<std::unique_ptr<DeviceDriver>> drivers) {
-  auto made = Context::create(std::move(drivers));
+Rig rig_of(std::vector<std::unique_ptr<DeviceDriver>> drivers, const ContextOptions& context = {}) {
+  auto made = Context::create(std::move(drivers), context);
   EXPECT_TRUE(made.ok()) << made.error().message;
   Rig rig{made.value(), {}};
   for (std::size_t i = 0; i < rig.ctx->device_count(); ++i) rig.queues.push_back(rig.ctx->create_queue(i).value());
   return rig;
 }
 
-Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host = false) {
+Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host = false,
+             const ContextOptions& context = {}) {
   if (options.memory_size == drivers::SimOptions{}.memory_size) options.memory_size = 8 << 20;
   std::vector<std::unique_ptr<drivers::SimDevice>> sims;
   if (devices > 0) {  // (0 would mean one per NUMA node)
@@ -48,7 +49,7 @@ Rig make_rig(unsigned devices, drivers::SimOptions options = {}, bool with_host 
   std::vector<std::unique_ptr<DeviceDriver>> drivers;
   for (auto& d : sims) drivers.push_back(std::move(d));
   if (with_host) drivers.push_back(std::make_unique<drivers::HostDevice>());
-  return rig_of(std::move(drivers));
+  return rig_of(std::move(drivers), context);
 }
 
 // One sim device per element of `each`, each with its own options.
@@ -602,16 +603,11 @@ TEST(Runtime, AWriteBackOfBytesStillBeingMadeGivesUpAfterRoomWait) {
   o.memory_size = 8192;
   o.fail_transfer_number = 1;
   o.fault_burst = 1u << 30;
-  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
-  ASSERT_TRUE(drivers::SimDevice::create(1, o, sims).ok());
-  std::vector<std::unique_ptr<DeviceDriver>> devices;
-  devices.push_back(std::move(sims[0]));
   ContextOptions options;
   options.room_wait = std::chrono::milliseconds(200);
-  auto made_ctx = Context::create(std::move(devices), options);
-  ASSERT_TRUE(made_ctx.ok()) << made_ctx.error().message;
-  std::shared_ptr<Context> ctx = made_ctx.value();
-  auto q = ctx->create_queue(0).value();
+  Rig rig = make_rig(1, o, false, options);
+  std::shared_ptr<Context> ctx = rig.ctx;
+  std::shared_ptr<Queue> q = rig.queues[0];
   Event gate = ctx->create_user_event();
   auto fill = [](std::span<void* const> p) {
     std::memset(p[0], 3, 4096);
@@ -651,16 +647,11 @@ TEST(Runtime, AnEnqueueWaitsForAWriteBackAtMostRoomWait) {
   o.memory_size = 8192;
   o.host_link = runtime::LinkCost{1.0, 12e9};  // a second per transfer
   o.model_link_time = true;
-  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
-  ASSERT_TRUE(drivers::SimDevice::create(1, o, sims).ok());
-  std::vector<std::unique_ptr<DeviceDriver>> devices;
-  devices.push_back(std::move(sims[0]));
   ContextOptions options;
   options.room_wait = std::chrono::milliseconds(100);
-  auto made = Context::create(std::move(devices), options);
-  ASSERT_TRUE(made.ok()) << made.error().message;
-  std::shared_ptr<Context> ctx = made.value();
-  auto q = ctx->create_queue(0).value();
+  Rig rig = make_rig(1, o, false, options);
+  std::shared_ptr<Context> ctx = rig.ctx;
+  std::shared_ptr<Queue> q = rig.queues[0];
   const auto data = pattern(4096, 13);
   auto fill = [&data](std::span<void* const> p) {
     std::memcpy(p[0], data.data(), data.size());

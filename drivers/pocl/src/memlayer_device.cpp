@@ -139,7 +139,9 @@ void MemlayerDevice::worker(unsigned index) {
       POCL_LOCK_OBJ(event);
       event->dependency_failed = 1;
       POCL_UNLOCK_OBJ(event);
-      compat::fail_event(event, "memlayer: transfer failed (injected: transfer_faults, peer_read_faults)");
+      const std::string why = migration ? migration_failure(node) : "memlayer: transfer failed (injected: transfer_faults)";
+      POCL_MSG_ERR("%s\n", why.c_str());
+      compat::fail_event(event, why.c_str());
     } else {
       if (migration) compat::migration_ended(node);
       pocl_exec_command(node);
@@ -157,6 +159,17 @@ bool MemlayerDevice::transfer_fails(_cl_command_node* node) {
       if (!migration_fault(node->command.migrate)) return false;
   } while (compat::retry_migration(node));
   return true;
+}
+
+// What a migration that failed for good says: PoCL events carry no error
+// message, so it goes to PoCL's error log (POCL_DEBUG=error shows it).
+std::string MemlayerDevice::migration_failure(const _cl_command_node* node) {
+  const _cl_command_migrate& m = node->command.migrate;
+  const cl_mem mem = node->sync.event.event->mem_objs[0];
+  const std::size_t end = m.offset + (m.size != 0 ? m.size : mem->size);
+  return "memlayer: migration of bytes [" + std::to_string(m.offset) + ", " + std::to_string(end) + ") of buffer " +
+         std::to_string(mem->id) + " failed every try from every copy it could read (injected: transfer_faults, "
+         "peer_read_faults)";
 }
 
 bool MemlayerDevice::migration_fault(const _cl_command_migrate& m) {

@@ -95,6 +95,7 @@ class MemlayerDevice {
   // One try of migration `m`: a fault of this device's, or of the device a
   // device-to-device copy reads from (its peer_read_faults).
   bool migration_fault(const _cl_command_migrate& m);
+  static std::string migration_failure(const _cl_command_node* node);
   static bool counts_as_transfer(cl_command_type type);
   bool draw_fault(double probability, std::atomic<std::uint64_t>& count) const;
   static constexpr int kMigrationTries = 3;
