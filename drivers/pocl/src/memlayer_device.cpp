@@ -164,12 +164,8 @@ bool MemlayerDevice::transfer_fails(_cl_command_node* node) {
 // What a migration that failed for good says: PoCL events carry no error
 // message, so it goes to PoCL's error log (POCL_DEBUG=error shows it).
 std::string MemlayerDevice::migration_failure(const _cl_command_node* node) {
-  const _cl_command_migrate& m = node->command.migrate;
-  const cl_mem mem = node->sync.event.event->mem_objs[0];
-  const std::size_t end = m.offset + (m.size != 0 ? m.size : mem->size);
-  return "memlayer: migration of bytes [" + std::to_string(m.offset) + ", " + std::to_string(end) + ") of buffer " +
-         std::to_string(mem->id) + " failed every try from every copy it could read (injected: transfer_faults, "
-         "peer_read_faults)";
+  return "memlayer: migration of " + compat::migration_bytes(node) +
+         " failed every try from every copy it could read (injected: transfer_faults, peer_read_faults)";
 }
 
 bool MemlayerDevice::migration_fault(const _cl_command_migrate& m) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <string>
 
 #include "pocl_headers.hpp"
 
@@ -271,6 +272,19 @@ inline void migration_ended(_cl_command_node* node) {
   (void)node;
 #else
   pocl_ml_migration_ended(node);
+#endif
+}
+
+/// What migration command `node` moves, for messages: a byte range of a
+/// buffer (3.1, memlayer's engine), whole buffers (7.1).
+inline std::string migration_bytes(const _cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return std::to_string(node->command.migrate.num_buffers) + " whole buffer(s)";
+#else
+  const _cl_command_migrate& m = node->command.migrate;
+  const cl_mem mem = node->sync.event.event->mem_objs[0];
+  const std::size_t end = m.offset + (m.size != 0 ? m.size : mem->size);
+  return "bytes [" + std::to_string(m.offset) + ", " + std::to_string(end) + ") of buffer " + std::to_string(mem->id);
 #endif
 }
 
