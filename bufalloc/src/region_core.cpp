@@ -351,6 +351,7 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
     merged_units += p_units;
     p.next_phys = next;
     n.prev_phys = prev;
+    set_units(p, merged_units);
     records_.release(i);
     start = prev;
   } else {
@@ -363,9 +364,10 @@ MEMLAYER_HOT_INLINE void RegionCore::release_block(RecordIndex i, bool indexed) 
     const RecordIndex after = n.next_phys;
     records_[start].next_phys = after;
     records_[after].prev_phys = start;
+    set_units(records_[start], merged_units);
     records_.release(next);
   }
-  set_units(records_[start], merged_units);
+  // Without a merge the block keeps its size field: nothing to write.
   insert_free(start, merged_units);
 }
 
