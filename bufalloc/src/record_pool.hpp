@@ -15,8 +15,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <new>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "block_record.hpp"
 
@@ -78,14 +82,40 @@ class RecordPool {
   void grow() {
     if (capacity_ == kMaxRecords) throw std::bad_alloc();
     const std::uint64_t capacity = std::min(capacity_ == 0 ? kFirstCapacity : capacity_ * 2, kMaxRecords);
-    // Uninitialised: the OS commits the new pages only as records are used.
-    auto bigger = std::make_unique_for_overwrite<BlockRecord[]>(capacity);
+    Records bigger = allocate_records(capacity);
     std::copy_n(records_.get(), made_, bigger.get());
     records_ = std::move(bigger);
     capacity_ = capacity;
   }
 
-  std::unique_ptr<BlockRecord[]> records_;
+  struct FreeRecords {
+    void operator()(BlockRecord* p) const noexcept { std::free(p); }
+  };
+  using Records = std::unique_ptr<BlockRecord[], FreeRecords>;
+
+  // Uninitialised: the OS commits the new pages only as records are used.
+  // An array of 2 MiB or more (65536 records and up) is aligned to 2 MiB and
+  // offered huge pages: a free() of a random block reads its record and two
+  // neighbours, each on a random page, and with 4 KiB pages those were TLB
+  // misses on top of the cache misses (at 10^5 live blocks the array spans
+  // over a thousand pages).
+  static Records allocate_records(std::uint64_t capacity) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t bytes = static_cast<std::size_t>(capacity) * sizeof(BlockRecord);
+    void* p = nullptr;
+    if (bytes >= kHuge) {
+      p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) & ~(kHuge - 1));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+      if (p != nullptr) (void)madvise(p, (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // a hint
+#endif
+    } else {
+      p = std::malloc(bytes);
+    }
+    if (p == nullptr) throw std::bad_alloc();
+    return Records(static_cast<BlockRecord*>(p));
+  }
+
+  Records records_;
   std::uint64_t capacity_ = 0;
   RecordIndex made_ = 0;
   RecordIndex spare_head_ = kSentinel;  // 0 ends the chain: the sentinel is never spare
