@@ -241,6 +241,38 @@ TEST(PoclFailure, BlockingCallsReportAFailedDependency) {
   ASSERT_EQ(clGetMemObjectInfo(b.get(), CL_MEM_MAP_COUNT, sizeof maps, &maps, nullptr), CL_SUCCESS);
   EXPECT_EQ(maps, 0u);
 
+  // The same for an image's blocking read, write and map.
+  const cl_image_format format{CL_RGBA, CL_UNSIGNED_INT8};
+  cl_image_desc desc{};
+  desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+  desc.image_width = 16;
+  desc.image_height = 16;  // 16 x 16 x 4 bytes = `bytes`
+  Mem image(clCreateImage(set.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, &format, &desc, data.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  const std::size_t origin[3] = {0, 0, 0}, region[3] = {16, 16, 1};
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              return clEnqueueReadImage(set.queues[0].get(), image.get(), CL_TRUE, origin, region, 0, 0, out.data(), 1,
+                                        &g, nullptr);
+            }),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              return clEnqueueWriteImage(set.queues[0].get(), image.get(), CL_TRUE, origin, region, 0, 0, data.data(),
+                                         1, &g, nullptr);
+            }),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  EXPECT_EQ(failing_while([&](cl_event g) {
+              cl_int e = CL_SUCCESS;
+              std::size_t row_pitch = 0, slice_pitch = 0;
+              p = clEnqueueMapImage(set.queues[1].get(), image.get(), CL_TRUE, CL_MAP_READ, origin, region, &row_pitch,
+                                    &slice_pitch, 1, &g, nullptr, &e);
+              return e;
+            }),
+            CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+  EXPECT_EQ(p, nullptr);
+  maps = 1;
+  ASSERT_EQ(clGetMemObjectInfo(image.get(), CL_MEM_MAP_COUNT, sizeof maps, &maps, nullptr), CL_SUCCESS);
+  EXPECT_EQ(maps, 0u);
+
   // Implicit: a write of the same bytes on the other device, gated on a
   // user event that fails while the read blocks.
   Event write;
