@@ -182,11 +182,14 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   }
 }
 
-// Adds `events` to what a device_busy failure waits for, each once.
-void Transaction::wait_for_room(std::span<const Event> events) {
+// Adds `events` to what a device_busy failure waits for, each once,
+// retained now or with this enqueue's batch (while the buffer that names
+// them stays locked until the batch is applied).
+void Transaction::wait_for_room(std::span<const Event> events, Retain when) {
   for (Event e : events) {
     if (std::find(s_.room_after.begin(), s_.room_after.end(), e) != s_.room_after.end()) continue;
-    hold(e);
+    if (when == Retain::now) host_.retain(e, 1);
+    else hold(e);
     s_.room_after.push_back(e);
   }
 }
@@ -232,9 +235,11 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
     const bool placed = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc);
     // One that a write-back (this enqueue's or another's) is saving: room
-    // once that ends, so a failure waits for it (device_busy).
+    // once that ends, so a failure waits for it (device_busy). Retained at
+    // once, not batched: b's lock goes before this enqueue's batch is
+    // applied, and another thread may then drop b's references to them.
     const bool saving = placed && writing_back(*b, b->storage_[loc]);
-    if (saving) wait_for_room(b->storage_[loc].write_backs);
+    if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
     const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
     if (!candidate || (clean_only && need != WriteBack::none)) {
@@ -351,7 +356,7 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
     victim.add_user(victim.storage(kHost), e);
     victim.hold(e);
     st.write_backs.push_back(e);
-    wait_for_room(std::span(&e, 1));
+    wait_for_room(std::span(&e, 1), Retain::batched);
   }
   s_.copy_events.resize(*first_event);
   return true;

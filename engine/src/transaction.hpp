@@ -76,7 +76,8 @@ class Transaction {
   std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
-  void wait_for_room(std::span<const Event> events);
+  enum class Retain : std::uint8_t { now, batched };
+  void wait_for_room(std::span<const Event> events, Retain when);
   std::optional<EnqueueError> plan_all();
   std::optional<EnqueueError> create_copies();
   bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind);
