@@ -186,6 +186,29 @@ TEST_F(PoclDriver, DataWrittenOnOneDeviceIsReadOnTheOtherAndBack) {
   EXPECT_EQ(wrong, 0u);
 }
 
+// A mapping the host may read and write, changed and unmapped on device 0,
+// is what device 1 reads next: the unmap writes the mapping back, so it is
+// a write (for images PoCL 7.1 lost it: pocl_image_test.cpp,
+// patches/pocl-7.1-read-write-map-is-a-write.patch).
+TEST_F(PoclDriver, AReadWriteMapOnOneDeviceIsSeenOnTheOther) {
+  std::vector<std::uint32_t> pattern(kElements);
+  std::iota(pattern.begin(), pattern.end(), 7u);
+  Mem m = buffer(CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, pattern.data());
+  cl_int err = CL_SUCCESS;
+  auto* p = static_cast<std::uint32_t*>(clEnqueueMapBuffer(queue(0), m.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                                           kBytes, 0, nullptr, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  for (std::size_t i = 0; i < kElements; ++i) {
+    EXPECT_EQ(p[i], pattern[i]);
+    p[i] = pattern[i] = pattern[i] * 3 + 1;
+  }
+  ASSERT_EQ(clEnqueueUnmapMemObject(queue(0), m.get(), p, 0, nullptr, nullptr), CL_SUCCESS);
+  ASSERT_EQ(clFinish(queue(0)), CL_SUCCESS);
+  std::vector<std::uint32_t> got(kElements);
+  ASSERT_EQ(clEnqueueReadBuffer(queue(1), m.get(), CL_TRUE, 0, kBytes, got.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  EXPECT_EQ(got, pattern);
+}
+
 // A buffer made from host memory, cut into four quarter sub-buffers; a kernel
 // on device 0 changes the third quarter in place; the whole buffer is read
 // back. PoCL 7.1's own migration loses that write: to read the parent it
