@@ -176,6 +176,23 @@ RecordIndex RegionCore::find_best(std::uint64_t asize_units, Size alignment) con
   return best;
 }
 
+// Makes unused record `tail` the free block of tail_units right after
+// block i's first asize_units (carve() and carve_head() share it).
+MEMLAYER_HOT_INLINE void RegionCore::split_tail(RecordIndex i, RecordIndex tail, std::uint64_t asize_units,
+                                                std::uint64_t tail_units) noexcept {
+  BlockRecord& b = records_[i];
+  BlockRecord& t = records_[tail];
+  const RecordIndex next = b.next_phys;
+  t.address = b.address + (asize_units << glog_);
+  t.prev_phys = i;
+  t.next_phys = next;
+  records_[next].prev_phys = tail;
+  b.next_phys = tail;
+  t.change_kind<RecordKind::unused, RecordKind::free>();
+  set_units(t, tail_units);
+  insert_free(tail, tail_units);
+}
+
 // Turns free block i into a live block of asize granules at the first
 // aligned address in it; the padding before and the rest after become free
 // blocks. Every host allocation comes first, so a std::bad_alloc changes
@@ -212,17 +229,7 @@ BlockHandle RegionCore::carve(RecordIndex i, std::uint64_t asize_units, Size ali
     insert_free(lead, pad_units);
   }
   set_units(b, asize_units);
-  if (tail != kSentinel) {
-    BlockRecord& t = records_[tail];
-    t.address = b.address + (asize_units << glog_);
-    t.prev_phys = i;
-    t.next_phys = b.next_phys;
-    records_[b.next_phys].prev_phys = tail;
-    b.next_phys = tail;
-    t.change_kind<RecordKind::unused, RecordKind::free>();
-    set_units(t, tail_units);
-    insert_free(tail, tail_units);
-  }
+  if (tail != kSentinel) split_tail(i, tail, asize_units, tail_units);
   b.change_kind<RecordKind::free, RecordKind::live>();
   b.next_generation();
   const Address address = address_of(b);
@@ -257,18 +264,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::carve_head(RecordIndex i, un
   if (block_units == largest_units_) largest_units_ = kLargestUnknown;
 
   if constexpr (!kExact) set_units(b, asize_units);
-  if (!kExact && tail != kSentinel) {
-    BlockRecord& t = records_[tail];
-    const RecordIndex next = b.next_phys;
-    t.address = b.address + (asize_units << glog_);
-    t.prev_phys = i;
-    t.next_phys = next;
-    records_[next].prev_phys = tail;
-    b.next_phys = tail;
-    t.change_kind<RecordKind::unused, RecordKind::free>();
-    set_units(t, tail_units);
-    insert_free(tail, tail_units);
-  }
+  if (!kExact && tail != kSentinel) split_tail(i, tail, asize_units, tail_units);
   b.change_kind<RecordKind::free, RecordKind::live>();
   b.next_generation();
   used_units_ += asize_units;

@@ -49,6 +49,7 @@ class RegionCore {
   void unlink_free(RecordIndex i, std::uint64_t size_units) noexcept;
   RecordIndex find_fast(std::uint64_t search_units, unsigned* found) const noexcept;
   RecordIndex find_best(std::uint64_t asize_units, Size alignment) const noexcept;
+  void split_tail(RecordIndex i, RecordIndex tail, std::uint64_t asize_units, std::uint64_t tail_units) noexcept;
   BlockHandle carve(RecordIndex i, std::uint64_t asize_units, Size alignment);
   template <bool kExact>
   Result<BlockHandle> carve_head(RecordIndex i, unsigned c, std::uint64_t asize_units);
