@@ -10,6 +10,8 @@
 // two devices' separate memories by PoCL's own migration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
@@ -184,6 +186,38 @@ TEST_F(PoclDriver, DataWrittenOnOneDeviceIsReadOnTheOtherAndBack) {
   for (std::size_t i = 0; i < kElements; ++i)
     if (got[i] != pattern[i] + 1) ++wrong;
   EXPECT_EQ(wrong, 0u);
+}
+
+// A command whose own buffers cannot all be placed on the device fails at
+// enqueue with CL_MEM_OBJECT_ALLOCATION_FAILURE, OpenCL's name for it
+// (PoCL 7.1 said CL_OUT_OF_RESOURCES:
+// patches/pocl-7.1-allocation-failure-is-named.patch), and the buffers
+// serve the next command that fits.
+TEST_F(PoclDriver, ACommandWhoseBuffersCannotFitFailsWithAnAllocationFailure) {
+  cl_ulong memory = 0;
+  ASSERT_EQ(clGetDeviceInfo(set_.devices[0], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, nullptr), CL_SUCCESS);
+  cl_ulong largest = 0;
+  ASSERT_EQ(clGetDeviceInfo(set_.devices[0], CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof largest, &largest, nullptr),
+            CL_SUCCESS);
+  // Two buffers, each allowed, together larger than device 0.
+  const std::size_t each = static_cast<std::size_t>(std::min(largest, memory / 2 + (memory / 8)));
+  ASSERT_GT(2 * each, memory);
+  cl_int err = CL_SUCCESS;
+  Mem a(clCreateBuffer(set_.ctx.get(), CL_MEM_READ_WRITE, each, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem b(clCreateBuffer(set_.ctx.get(), CL_MEM_READ_WRITE, each, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event e = nullptr;
+  EXPECT_EQ(clEnqueueCopyBuffer(queue(0), a.get(), b.get(), 0, 0, each, 0, nullptr, &e),
+            CL_MEM_OBJECT_ALLOCATION_FAILURE);
+  EXPECT_EQ(e, nullptr);
+  // Device 1 has room for both.
+  const std::uint32_t seven = 7;
+  ASSERT_EQ(clEnqueueFillBuffer(queue(1), a.get(), &seven, sizeof seven, 0, 4096, 0, nullptr, nullptr), CL_SUCCESS);
+  ASSERT_EQ(clEnqueueCopyBuffer(queue(1), a.get(), b.get(), 0, 0, 4096, 0, nullptr, nullptr), CL_SUCCESS);
+  std::vector<std::uint32_t> got(1024, 0);
+  ASSERT_EQ(clEnqueueReadBuffer(queue(1), b.get(), CL_TRUE, 0, 4096, got.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  EXPECT_EQ(got, std::vector<std::uint32_t>(1024, 7));
 }
 
 // A mapping the host may read and write, changed and unmapped on device 0,
