@@ -570,14 +570,15 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
       throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
                              " to the host");
     }
-    if (!out.copies.empty() && out.copies.back().offset + out.copies.back().size == x) {
-      out.copies.back().size += n;
-      add_unique(out.copies.back().wait, h->ready);
+    if (out.copies.empty() || out.copies.back().offset + out.copies.back().size != x) {
+      out.copies.push_back(Copy{at, kHost, x, n, {}, -1, {}});  // nothing else holds it complete: no other source
     } else {
-      Copy c{at, kHost, x, n, {}, -1, {}};  // nothing else holds it complete: no other source
-      add_unique(c.wait, h->ready);
-      out.copies.push_back(std::move(c));
+      out.copies.back().size += n;
     }
+    add_unique(out.copies.back().wait, h->ready);
+    // A copy still making the host's bytes (an import for a reader there)
+    // writes them too: the write-back goes after it, not beside it.
+    if (const Holder* at_host = holder(s, kHost)) add_unique(out.copies.back().wait, at_host->ready);
   }
 }
 

@@ -259,3 +259,19 @@ TEST_F(Failures, AWriteBackThatFailsBeforeTheEvictionLosesNothing) {
   EXPECT_TRUE(buffer_->valid_at(kHost, 0, 4096));
   EXPECT_EQ(buffer_->bytes_lost(), 0u);
 }
+
+// An import still making the host's bytes (a reader there) and an
+// eviction's write-back of the same bytes both write the host copy: the
+// write-back waits for the import instead of running beside it (the two
+// raced under ThreadSanitizer in the stress run).
+TEST_F(Failures, AWriteBackWaitsForAnImportStillMakingTheHostsBytes) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  const Plan read = run({{0, 4096, Access::read}}, kHost, ev(2));  // imports: copy 1000, still running
+  ASSERT_EQ(read.copies.size(), 1u);
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u) << "the host's copy is not complete yet: written back";
+  EXPECT_TRUE(waits_for(p.copies[0].wait, ev(1000)));
+}
