@@ -191,6 +191,9 @@ struct ContextState {
   memlayer::pocl_core::MigrationRetries retries;
 
   cl_device_id device(Location at) const { return device_at[at] < 0 ? nullptr : ctx->devices[device_at[at]]; }
+  // Where a migration reads: a device, or the host copy (nullptr) even when
+  // a CPU device computes on it (location 0).
+  cl_device_id source(Location at) const { return at == kHost ? nullptr : device(at); }
   cl_command_queue queue(Location at) const {
     return device_at[at] < 0 ? nullptr : ctx->default_queues[device_at[at]];
   }
@@ -378,7 +381,7 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
     m.type = ENQUEUE_MIGRATE_TYPE_D2H;
     m.mem_id = &mem->device_ptrs[cs_.device(r.src)->global_mem_id];
   } else {
-    memlayer::pocl_core::point_migration_at(node, cs_.device(r.dst), cs_.device(r.src));
+    memlayer::pocl_core::point_migration_at(node, cs_.device(r.dst), cs_.source(r.src));
   }
   record_fallbacks(r, ev);
   CopyHandle h;
@@ -396,9 +399,9 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
 void PoclHost::record_fallbacks(const CopyRequest& r, cl_event ev) {
   cl_device_id runner = cs_.device(r.dst != kHost ? r.dst : r.src);
   if (std::strcmp(runner->ops->device_name, "memlayer") != 0) return;
-  std::vector<memlayer::pocl_core::MigrationRetries::Source> also;
+  std::vector<cl_device_id> also;
   if (r.dst != kHost)
-    for (const memlayer::engine::CopySource& s : r.also) also.push_back({cs_.device(s.at)});
+    for (const memlayer::engine::CopySource& s : r.also) also.push_back(cs_.source(s.at));
   cs_.retries.add(ev, runner, std::move(also), r.last_copy);
 }
 

@@ -21,7 +21,7 @@ MigrationRetries::~MigrationRetries() {
   for (auto& [e, plan] : plans_) POname(clReleaseEvent)(e);
 }
 
-void MigrationRetries::add(cl_event e, cl_device_id dst, std::vector<Source> also, bool last_copy) {
+void MigrationRetries::add(cl_event e, cl_device_id dst, std::vector<cl_device_id> also, bool last_copy) {
   if (also.empty() && !last_copy) return;
   POname(clRetainEvent)(e);
   std::vector<cl_event> done;
@@ -58,10 +58,10 @@ MigrationRetries::Retry MigrationRetries::next(_cl_command_node* node, std::chro
   if (it == plans_.end()) return Retry::give_up;
   Plan& p = it->second;
   if (p.next < p.also.size()) {
-    const Source s = p.also[p.next++];
+    const cl_device_id from = p.also[p.next++];
     const cl_device_id dst = p.dst;
     lock.unlock();
-    point_migration_at(node, dst, s.device);
+    point_migration_at(node, dst, from);
     return Retry::resourced;
   }
   if (!p.last_copy) return Retry::give_up;

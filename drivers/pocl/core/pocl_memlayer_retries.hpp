@@ -26,12 +26,6 @@ class MigrationRetries {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// Another copy to read from: a device's storage, or the host copy
-  /// (nullptr).
-  struct Source {
-    cl_device_id device = nullptr;
-  };
-
   MigrationRetries() = default;
   MigrationRetries(const MigrationRetries&) = delete;
   MigrationRetries& operator=(const MigrationRetries&) = delete;
@@ -44,7 +38,7 @@ class MigrationRetries {
   /// nothing to fall back on. The records of commands that finished without
   /// reaching their driver are dropped here, each time the table has
   /// doubled: amortised O(1).
-  void add(cl_event e, cl_device_id dst, std::vector<Source> also, bool last_copy);
+  void add(cl_event e, cl_device_id dst, std::vector<cl_device_id> also, bool last_copy);
   /// Forgets `e`: it has run, or will never run. O(1); no lock when nothing
   /// is recorded.
   void forget(cl_event e) noexcept;
@@ -63,7 +57,7 @@ class MigrationRetries {
  private:
   struct Plan {
     cl_device_id dst = nullptr;
-    std::vector<Source> also;
+    std::vector<cl_device_id> also;  // the other copies: a device, or the host copy (nullptr)
     std::size_t next = 0;
     bool last_copy = false;
     Clock::time_point give_up{};  // set at the first call of next() for it
