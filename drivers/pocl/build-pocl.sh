@@ -8,7 +8,9 @@
 # memlayer's migration engine in PoCL's core (patches/pocl-3.1-memlayer.patch), and one
 # patch file per PoCL bug it fixes (the other patches/pocl-3.1-*.patch).
 # --pocl=7.1: PoCL's v7.1 release tarball (POCL71_TARBALL), with the memlayer
-# driver only (patches/pocl-7.1-*.patch); PoCL 7.1 keeps its own migration.
+# driver and memlayer's migration engine in PoCL's core behind a narrow hook
+# (patches/pocl-7.1-memlayer-engine.patch), and one patch file per PoCL bug
+# it fixes (the other patches/pocl-7.1-*.patch).
 #
 # The cache folder is keyed by the hash of what shapes the PoCL tree and its
 # configuration: the tarball, our patch, the configure flags. A folder with that key
@@ -104,12 +106,13 @@ else
     -DENABLE_ICD=ON -DENABLE_LOADABLE_DRIVERS=ON
     -DCMAKE_POSITION_INDEPENDENT_CODE=ON
     -DENABLE_MEMLAYER_DEVICE=ON
+    -DENABLE_MEMLAYER_ENGINE=ON
     -DENABLE_EXAMPLES=OFF
   )
   key=$( (cat "$tarball" "${patches[@]}"; echo "${pocl_flags[*]}") | sha256sum | cut -c1-16)
   dir=$cache/pocl-7.1-$key
   top=pocl-7.1
-  with_core=
+  with_core=1
 fi
 if [ -n "$print_dir" ]; then
   echo "$dir/build"
@@ -153,7 +156,8 @@ sync_tree "$root/drivers/devmem/include" "$dest/memlayer-src/include"
 sync_tree "$root/drivers/devmem/src" "$dest/memlayer-src/devmem"
 stamped=(devices/memlayer)
 if [ -n "$with_core" ]; then
-  # The migration engine goes into PoCL's core library (libpocl).
+  # The migration engine goes into PoCL's core library (libpocl) for both
+  # versions; core-tree.cmake tells the adapter PoCL's version.
   core=$dir/src/lib/CL/memlayer-core
   sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
   sync_tree "$here/core" "$core"

@@ -23,6 +23,8 @@ else()
   target_compile_definitions(pocl-memlayer-core PRIVATE MEMLAYER_MIGRATION_DEFAULT=0)
 endif()
 target_compile_options(pocl-memlayer-core PRIVATE -Wall -Wextra)
+# pocl_core_compat.hpp: where PoCL 3.1 and 7.1 differ
+target_compile_definitions(pocl-memlayer-core PRIVATE MEMLAYER_POCL_MAJOR=${MAJOR_VERSION})
 if(OCL_ICD_INCLUDE_DIRS)
   target_include_directories(pocl-memlayer-core SYSTEM PRIVATE ${OCL_ICD_INCLUDE_DIRS})
 endif()

@@ -1,7 +1,9 @@
-# PoCL 7.1 with the memlayer driver (MEMLAYER_BUILD_POCL71; label pocl71):
-# the driver's own tests, the stress program, PoCL 7.1's runtime suite on
-# two memlayer devices, and the build script's errors for bad inputs.
-# Included from tests/pocl/CMakeLists.txt, which defines the programs.
+# PoCL 7.1 with the memlayer driver and memlayer's engine in its core
+# (MEMLAYER_BUILD_POCL71; label pocl71): the driver's own tests, the engine
+# suite (engine_suite.cmake), PoCL 7.1's own engine where it loses data,
+# PoCL 7.1's runtime and regression suites on two memlayer devices, and the
+# build script's errors for bad inputs. Included from
+# tests/pocl/CMakeLists.txt, which defines the programs.
 
 # memlayer_pocl71_test(name devices command...): a test with the PoCL 7.1
 # build's environment and POCL_DEVICES=devices.
@@ -11,30 +13,34 @@ function(memlayer_pocl71_test name devices)
     ENVIRONMENT "${MEMLAYER_POCL71_ENV};POCL_DEVICES=${devices}")
 endfunction()
 
-add_dependencies(pocl_driver_test pocl71)
-add_dependencies(pocl_failure_test pocl71)
-add_dependencies(pocl_image_test pocl71)
-# It found PoCL 7.1 counting the unmap of a READ|WRITE mapping as a read:
-# an image's mapped write was not seen on the other device
-# (patches/pocl-7.1-read-write-map-is-a-write.patch).
-memlayer_pocl71_test(pocl71_images "memlayer memlayer" $<TARGET_FILE:pocl_image_test>)
-memlayer_pocl71_test(pocl71_failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
-  --gtest_filter=-PoclFailure.ACancelledWriteLeavesThePreviousContent:PoclFaults.*:PoclPeerFaults.*)
-# PoCL 7.1's own engine (memlayer's is not in 7.1's core yet) loses the
-# previous content under a cancelled write: WILL_FAIL keeps that measured,
-# and turns red the day it passes.
-memlayer_pocl71_test(pocl71_failure_own_engine_cancelled_write "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
-  --gtest_filter=PoclFailure.ACancelledWriteLeavesThePreviousContent)
-set_property(TEST pocl71_failure_own_engine_cancelled_write PROPERTY WILL_FAIL TRUE)
+foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test)
+  add_dependencies(${program} pocl71)
+endforeach()
 
-memlayer_pocl71_test(pocl71_driver "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>)
-set_property(TEST pocl71_driver APPEND PROPERTY ENVIRONMENT
+memlayer_pocl_engine_suite(pocl71 "${MEMLAYER_POCL71_ENV}" cpu pocl71_ pocl71_)
+
+set(driver_env
   "POCL_MEMLAYER0_PARAMETERS=global_mem=48M,local_mem=32K,compute_units=2"
   "POCL_MEMLAYER1_PARAMETERS=global_mem=80M,local_mem=64K,compute_units=3"
-  "MEMLAYER_EXPECT_POCL_VERSION=7.1" "MEMLAYER_EXPECT_DEVICE_NAME=memlayer-"
-  # PoCL 7.1's own migration loses a sub-buffer write (pocl_driver_test.cpp,
-  # AKernelsWriteToASubBufferIsReadThroughItsParent): asserted as lost.
-  "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
+  "MEMLAYER_EXPECT_POCL_VERSION=7.1" "MEMLAYER_EXPECT_DEVICE_NAME=memlayer-")
+memlayer_pocl71_test(pocl71_driver "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>)
+set_property(TEST pocl71_driver APPEND PROPERTY ENVIRONMENT ${driver_env})
+
+# PoCL 7.1's own engine (POCL_MEMLAYER_MIGRATION=0, same build) where it
+# loses data and memlayer's does not: a kernel's write to a sub-buffer is not
+# seen through its parent on the other device (asserted as lost:
+# pocl_driver_test.cpp, AKernelsWriteToASubBufferIsReadThroughItsParent);
+# the previous content under a cancelled write (WILL_FAIL keeps it measured
+# and turns red the day it passes); the conformance test's dual-device
+# sub-buffer case (pocl71_migration_pocl_engine, in the engine suite).
+memlayer_pocl71_test(pocl71_driver_own_engine "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>
+  --gtest_filter=PoclDriver.AKernelsWriteToASubBufferIsReadThroughItsParent)
+set_property(TEST pocl71_driver_own_engine APPEND PROPERTY ENVIRONMENT ${driver_env}
+  "POCL_MEMLAYER_MIGRATION=0" "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
+memlayer_pocl71_test(pocl71_failure_own_engine_cancelled_write "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
+  --gtest_filter=PoclFailure.ACancelledWriteLeavesThePreviousContent)
+set_property(TEST pocl71_failure_own_engine_cancelled_write APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER_MIGRATION=0")
+set_property(TEST pocl71_failure_own_engine_cancelled_write PROPERTY WILL_FAIL TRUE)
 
 # clinfo through the ICD loader lists the two devices of the memlayer driver.
 find_program(MEMLAYER_CLINFO clinfo)
@@ -43,19 +49,10 @@ if(MEMLAYER_CLINFO)
   set_property(TEST pocl71_clinfo PROPERTY PASS_REGULAR_EXPRESSION "Platform #0: Portable Computing Language[^\n]*\n[^\n]*Device #0: memlayer-[^\n]*\n[^\n]*Device #1: memlayer-")
 endif()
 
-# memlayer-cl-stress on whole buffers (--sub-buffers 0): every read checked
-# against the host model. With sub-buffers, PoCL 7.1's own migration loses
-# writes on memlayer devices (doc/pocl-driver.md, PoCL 7.1), so those runs
-# are not here yet.
-memlayer_pocl71_test(pocl71_cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
-                     --ops 3000 --seed 1 --sub-buffers 0)
-memlayer_pocl71_test(pocl71_cl_stress_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
-                     --ops 3000 --seed 2 --sub-buffers 0 --queues-per-device 3)
-
-# PoCL 7.1's own tests/runtime on two memlayer devices (PoCL's migration
-# engine). Left out: clCreateSubDevices (the memlayer device does not
-# partition, doc/pocl-driver.md) and test_device_address (buffer device
-# addresses: it fails on PoCL 7.1's own cpu devices here too).
+# PoCL 7.1's own tests/runtime on two memlayer devices (memlayer's engine,
+# the build's default). Left out: clCreateSubDevices (the memlayer device
+# does not partition, doc/pocl-driver.md) and test_device_address (buffer
+# device addresses: it fails on PoCL 7.1's own cpu devices here too).
 memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address"

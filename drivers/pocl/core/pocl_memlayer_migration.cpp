@@ -8,8 +8,6 @@
 // without C linkage for C++; its headers are C.
 extern "C" {
 #include "pocl_memlayer_migration.h"
-#include "pocl_mem_management.h"
-#include "pocl_util.h"
 #include "common_driver.h"
 }
 
@@ -29,6 +27,7 @@ extern "C" {
 #include <vector>
 
 #include "memlayer/engine/engine.hpp"
+#include "pocl_core_compat.hpp"
 #include "pocl_memlayer_retries.hpp"
 
 namespace {
@@ -71,21 +70,7 @@ int read_engine_choice() {
   return MEMLAYER_MIGRATION_DEFAULT;
 }
 
-// ---- a never-enqueued command -------------------------------------------------
-
-// Frees a command made by pocl_create_command_struct() that was never
-// enqueued and has no event syncs: its event (every reference), the event's
-// buffer list, the node. Nothing else refers to either.
-void discard_command(_cl_command_node* node) {
-  cl_event ev = node->sync.event.event;
-  POCL_MEM_FREE(ev->mem_objs);
-  ev->num_buffers = 0;
-  POCL_LOCK_OBJ(ev);
-  ev->pocl_refcount = 1;
-  POCL_UNLOCK_OBJ(ev);
-  POname(clReleaseEvent)(ev);
-  pocl_mem_manager_free_command(node);
-}
+namespace compat = memlayer::pocl_core::compat;
 
 // ---- per-buffer state --------------------------------------------------------
 
@@ -189,6 +174,9 @@ struct ContextState {
   PoclHost host{*this};
   memlayer::engine::Engine engine{host};
   memlayer::pocl_core::MigrationRetries retries;
+  // Whether the engine runs this context's commands (pocl_ml_runs_context):
+  // every device computes on the host copy or honours byte-range migrations.
+  bool engine_runs = true;
 
   cl_device_id device(Location at) const { return device_at[at] < 0 ? nullptr : ctx->devices[device_at[at]]; }
   // Where a migration reads: a device, or the host copy (nullptr) even when
@@ -208,6 +196,7 @@ bool ensure_host_copy(BufferState& s) {
   if (s.host_ref) return true;
   POCL_LOCK_OBJ(s.mem);
   const int err = pocl_alloc_or_retain_mem_host_ptr(s.mem);
+  if (err == 0) compat::follow_parent(s.mem, nullptr);
   POCL_UNLOCK_OBJ(s.mem);
   if (err != 0) return false;
   s.host_ref = true;
@@ -219,6 +208,7 @@ void free_device_storage(cl_device_id dev, cl_mem mem) {
   if (mem->device_ptrs[dev->global_mem_id].mem_ptr != nullptr) {
     dev->ops->free(dev, mem);
     mem->device_ptrs[dev->global_mem_id].mem_ptr = nullptr;
+    compat::follow_parent(mem, dev);
   }
   POCL_UNLOCK_OBJ(mem);
 }
@@ -234,6 +224,7 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
     if (err == CL_SUCCESS && cpu != nullptr) {
       POCL_LOCK_OBJ(b.mem);
       if (b.mem->device_ptrs[cpu->global_mem_id].mem_ptr == nullptr) err = cpu->ops->alloc_mem_obj(cpu, b.mem, nullptr);
+      if (err == CL_SUCCESS) compat::follow_parent(b.mem, cpu);
       POCL_UNLOCK_OBJ(b.mem);
     }
     if (err == CL_SUCCESS) {
@@ -263,6 +254,7 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
   pocl_mem_identifier& id = b.mem->device_ptrs[dev->global_mem_id];
   // Placed already by PoCL itself (a map's early allocation): adopted.
   cl_int err = id.mem_ptr != nullptr ? CL_SUCCESS : dev->ops->alloc_mem_obj(dev, b.mem, nullptr);
+  if (err == CL_SUCCESS) compat::follow_parent(b.mem, dev);
   const void* ptr = id.mem_ptr;
   POCL_UNLOCK_OBJ(b.mem);
   if (err == CL_SUCCESS) {
@@ -337,9 +329,7 @@ void PoclHost::forget(cl_mem mem) {
 }
 
 // A mapped buffer keeps its storage: the unmap writes the mapping back there.
-bool PoclHost::can_evict(void* cookie, Location) const noexcept {
-  return __atomic_load_n(&buffer_of(cookie).mem->map_count, __ATOMIC_ACQUIRE) == 0;
-}
+bool PoclHost::can_evict(void* cookie, Location) const noexcept { return !compat::mapped(buffer_of(cookie).mem); }
 
 CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   BufferState& b = buffer_of(r.cookie);
@@ -369,20 +359,17 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   cl_command_queue q = cs_.queue(r.dst != kHost ? r.dst : r.src);
   _cl_command_node* node = nullptr;
   cl_event ev = nullptr;
-  if (pocl_create_command_struct(&node, q, CL_COMMAND_MIGRATE_MEM_OBJECTS, &ev, 0, nullptr, 1, &mem) !=
-      CL_SUCCESS) {
+  if (compat::create_command(&node, q, CL_COMMAND_MIGRATE_MEM_OBJECTS, &ev, std::span(&mem, 1)) != CL_SUCCESS) {
     POname(clReleaseMemObject)(mem);
     return {};
   }
-  _cl_command_migrate& m = node->command.migrate;
-  m.offset = r.offset;
-  m.size = r.size;
-  if (r.dst == kHost) {
-    m.type = ENQUEUE_MIGRATE_TYPE_D2H;
-    m.mem_id = &mem->device_ptrs[cs_.device(r.src)->global_mem_id];
-  } else {
-    memlayer::pocl_core::point_migration_at(node, cs_.device(r.dst), cs_.source(r.src));
+  if (!compat::set_migration_range(node, mem, r.offset, r.size)) {
+    compat::discard_command(node);
+    POname(clReleaseMemObject)(mem);
+    return {};
   }
+  if (r.dst == kHost) compat::point_to_host(node, cs_.device(r.src));
+  else compat::point_into_device(node, cs_.device(r.dst), cs_.source(r.src));
   record_fallbacks(r, ev);
   CopyHandle h;
   h.event = ev;
@@ -463,7 +450,7 @@ HeldFailures& held_failures();
 // it, and would run although `e` failed.
 void sync_unless_completed(cl_event waiting, cl_event e) {
   if (completed(e)) return;
-  pocl_create_event_sync(waiting, e);
+  compat::depend(waiting, e);
 }
 
 void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
@@ -478,10 +465,8 @@ void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
 
 void PoclHost::discard_copy(CopyHandle copy) noexcept {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
-  cl_mem mem = node->sync.event.event->mem_objs[0];
   cs_.retries.forget(node->sync.event.event);
-  discard_command(node);
-  POname(clReleaseMemObject)(mem);
+  compat::discard_migration(node);
 }
 
 const memlayer::migration::CostModel& PoclHost::cost_model() const noexcept { return cs_.cost; }
@@ -529,6 +514,7 @@ ContextState* context_state(cl_context ctx, const char** error) {
     }
     const Location loc = location_of(d);
     if (state->device_at[loc] < 0) state->device_at[loc] = static_cast<int>(i);
+    if (loc != kHost && !compat::honours_migration_ranges(d)) state->engine_runs = false;
   }
   // A direct path src -> dst where the destination's driver copies from
   // the source device itself (PoCL runs a D2D migration on the
@@ -538,7 +524,7 @@ ContextState* context_state(cl_context ctx, const char** error) {
       cl_device_id src = ctx->devices[s];
       cl_device_id dst = ctx->devices[t];
       if (location_of(src) == location_of(dst) || location_of(src) == kHost || location_of(dst) == kHost) continue;
-      if (dst->ops->migrate_d2d == nullptr || dst->ops->can_migrate_d2d == nullptr) continue;
+      if (!compat::migrates_d2d_ranges(dst) || dst->ops->can_migrate_d2d == nullptr) continue;
       const int priority = dst->ops->can_migrate_d2d(dst, src);
       if (priority <= 0) continue;
       state->cost.set_direct(location_of(src), location_of(dst), {kPeerLatency / priority, kPeerBandwidth * priority});
@@ -632,6 +618,19 @@ thread_local Scratch t_scratch;
 // keep it in a register.
 [[gnu::noinline]] Scratch& scratch() { return t_scratch; }
 
+#if MEMLAYER_POCL_MAJOR >= 7
+// How a command uses an entry's bytes (pocl_buffer_migration_info::access).
+Access access_of(const pocl_buffer_migration_info& entry) {
+  switch (entry.access) {
+    case POCL_MIGR_ACCESS_READ: return Access::read;
+    case POCL_MIGR_ACCESS_WRITE: return Access::write;
+    case POCL_MIGR_ACCESS_READ_WRITE: return Access::read_write;
+    case POCL_MIGR_ACCESS_OVERWRITE: return Access::overwrite;
+    default: break;
+  }
+  return entry.read_only ? Access::read : Access::read_write;
+}
+#else
 Access access_of(ml_access a) {
   switch (a) {
     case ML_ACCESS_READ: return Access::read;
@@ -641,6 +640,7 @@ Access access_of(ml_access a) {
   }
   return Access::overwrite;
 }
+#endif
 
 cl_int error_code(const memlayer::engine::EnqueueError& e) {
   switch (e.code) {
@@ -664,6 +664,40 @@ bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::S
   return false;
 }
 
+// Where a command runs for the engine: its device's location, or the host
+// copy for clEnqueueMigrateMemObjects(CL_MIGRATE_MEM_OBJECT_HOST).
+Location destination(cl_command_queue queue, cl_mem_migration_flags mig_flags) {
+  return (mig_flags & CL_MIGRATE_MEM_OBJECT_HOST) != 0 ? kHost : location_of(pocl_real_dev(queue->device));
+}
+
+// Makes the command for sc.uses (sc.mems: the buffers 3.1 lists in its
+// event) and enqueues it through the engine: storage placed, copies made,
+// and the command made to wait for them, its wait list and what the engine
+// names. The command first (the engine records its event), without the
+// user's wait list: a command that fails below is then freed with nothing
+// pointing at it. A device full of storage that queued work still holds
+// (deferred frees) makes room once that work finishes: wait, try again.
+cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue queue, cl_command_type type,
+                    cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at, Scratch& sc) {
+  cl_event final_event = nullptr;
+  for (;;) {
+    cl_int err = compat::create_command(cmd, queue, type, event_p, sc.mems);
+    if (err != CL_SUCCESS) return err;
+    final_event = (*cmd)->sync.event.event;
+    auto failed = cs.engine.enqueue(sc.uses, at, final_event, sc.submission);
+    if (!failed) break;
+    compat::discard_command(*cmd);
+    *cmd = nullptr;
+    if (event_p != nullptr) *event_p = nullptr;
+    if (!try_again(*failed, sc.submission, err)) return err;
+  }
+  for (cl_uint i = 0; i < num_events; ++i) compat::depend(final_event, wait_list[i]);
+  for (Event w : sc.submission.waits()) sync_unless_completed(final_event, event_of(w));
+  sc.submission.clear();
+  held_failures().hold_if_failing_early(final_event);
+  return CL_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -677,6 +711,7 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   const char* error = nullptr;
   ContextState* cs = context_state(mem->context, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
+  if (mem->parent != nullptr) mem = mem->parent;  // 7.1: a sub-buffer's storage is its parent's (it follows)
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   Scratch& sc = scratch();
@@ -688,6 +723,52 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   }
 }
 
+#if MEMLAYER_POCL_MAJOR >= 7
+int pocl_ml_runs_context(cl_context context) {
+  if (!pocl_ml_migration_enabled()) return 0;
+  const char* error = nullptr;
+  ContextState* cs = context_state(context, &error);
+  return cs != nullptr && cs->engine_runs ? 1 : 0;
+}
+
+cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
+                              cl_event* event_p, cl_uint num_events, const cl_event* wait_list,
+                              pocl_buffer_migration_info* buffer_usage, cl_mem_migration_flags mig_flags) {
+  held_failures().release_settled();
+  const char* error = nullptr;
+  ContextState* cs = context_state(command_queue->context, &error);
+  POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
+  const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
+
+  // A sub-buffer is its range of its parent, which the engine tracks.
+  Scratch& sc = scratch();
+  sc.uses.clear();
+  sc.mems.clear();
+  pocl_buffer_migration_info* entry = nullptr;
+  LL_FOREACH(buffer_usage, entry) {
+    cl_mem mem = entry->buffer;
+    memlayer::engine::BufferUse u;
+    u.use = {entry->offset, entry->size != 0 ? entry->size : mem->size - entry->offset,
+             undefined ? Access::overwrite : access_of(*entry)};
+    if (mem->parent != nullptr) {
+      u.use.offset += mem->origin;
+      mem = mem->parent;
+    }
+    BufferState* b = buffer_state(*cs, mem);
+    POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
+    u.buffer = &b->tracked;
+    sc.uses.push_back(u);
+  }
+  const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
+                                  destination(command_queue, mig_flags), sc);
+  if (err != CL_SUCCESS) return err;
+  // The node holds each entry's buffer until it has run
+  // (pocl_mem_manager_free_command releases them with the list).
+  LL_FOREACH(buffer_usage, entry) POname(clRetainMemObject)(entry->buffer);
+  (*cmd)->migr_infos = buffer_usage;
+  return CL_SUCCESS;
+}
+#else
 cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
                               cl_event* event_p, cl_uint num_events, const cl_event* wait_list, size_t num_buffers,
                               cl_mem* buffers, const char* readonly_flags, const ml_use* uses,
@@ -696,12 +777,10 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   if (num_buffers == 0)
     return pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list, 0, nullptr);
 
-  cl_device_id dev = pocl_real_dev(command_queue->device);
   const char* error = nullptr;
   ContextState* cs = context_state(command_queue->context, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
   const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
-  const Location at = (mig_flags & CL_MIGRATE_MEM_OBJECT_HOST) != 0 ? kHost : location_of(dev);
 
   Scratch& sc = scratch();
   sc.uses.clear();
@@ -739,34 +818,16 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     for (std::size_t i = 0; i < sc.uses.size(); ++i)
       if (i == 0 || sc.uses[i].buffer != sc.uses[i - 1].buffer) sc.mems.push_back(buffer_of(sc.uses[i].buffer->cookie()).mem);
   }
-
-  // The command first (the engine records its event), without the user's
-  // wait list: a command that fails below is then freed with nothing
-  // pointing at it. A device full of storage that queued work still holds
-  // (deferred frees) makes room once that work finishes: wait, try again.
-  cl_event final_event = nullptr;
-  for (;;) {
-    cl_int err = pocl_create_command_struct(cmd, command_queue, command_type, event_p, 0, nullptr, sc.mems.size(),
-                                            sc.mems.data());
-    if (err != CL_SUCCESS) return err;
-    final_event = (*cmd)->sync.event.event;
-    auto failed = cs->engine.enqueue(sc.uses, at, final_event, sc.submission);
-    if (!failed) break;
-    discard_command(*cmd);
-    *cmd = nullptr;
-    if (event_p != nullptr) *event_p = nullptr;
-    if (!try_again(*failed, sc.submission, err)) return err;
-  }
+  const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
+                                  destination(command_queue, mig_flags), sc);
+  if (err != CL_SUCCESS) return err;
   // Held until the command finishes (pocl_free_event_memobjs); an unmap
   // releases the reference its map took.
   if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT)
     for (cl_mem mem : sc.mems) POname(clRetainMemObject)(mem);
-  for (cl_uint i = 0; i < num_events; ++i) pocl_create_event_sync(final_event, wait_list[i]);
-  for (Event w : sc.submission.waits()) sync_unless_completed(final_event, event_of(w));
-  sc.submission.clear();
-  held_failures().hold_if_failing_early(final_event);
   return CL_SUCCESS;
 }
+#endif
 
 void pocl_ml_release_mem(cl_mem mem) {
   auto* s = static_cast<BufferState*>(mem->memlayer_state);

@@ -1,15 +1,22 @@
 /* pocl_memlayer_migration.h — memlayer's migration engine inside PoCL's core.
  *
- * PoCL 3.1 keeps one content version per buffer. Our build-time patch routes
- * every command that uses buffers through pocl_ml_create_command() instead
- * of PoCL's own pocl_create_migration_commands(): each command states, per
- * buffer, the byte ranges it uses and how (memlayer/migration.h's ml_use),
- * and memlayer's one migration engine (engine/, doc/engine.md), with PoCL as
- * its host, places storage, evicts, decides which stale bytes move where as
- * PoCL migration commands over byte ranges (device to host, host to device,
- * device to device through the migrate_d2d driver hook) on the context's
+ * PoCL keeps one content version per buffer (7.1: per sub-buffer piece).
+ * Our build-time patch routes every command that uses buffers through
+ * pocl_ml_create_command() instead of PoCL's own migration code: each
+ * command states, per buffer, the byte ranges it uses and how, and
+ * memlayer's one migration engine (engine/, doc/engine.md), with PoCL as its
+ * host, places storage, evicts, decides which stale bytes move where as PoCL
+ * migration commands over byte ranges (device to host, host to device,
+ * device to device through the driver's migrate_d2d hook) on the context's
  * hidden queues, and what the command waits for. doc/pocl-driver.md
  * explains the wiring.
+ *
+ * Two PoCL versions, one engine: PoCL 3.1 (patches/pocl-3.1-memlayer.patch)
+ * passes arrays of buffers and ml_use ranges; PoCL 7.1
+ * (patches/pocl-7.1-memlayer-engine.patch, which defines
+ * BUILD_MEMLAYER_ENGINE in PoCL's config.h) passes its own list of
+ * pocl_buffer_migration_info, sub-buffers as cl_mems of their own, and
+ * migration commands carry their byte range in that list's entry.
  *
  * Locations: location 0 is the buffer's host copy (mem_host_ptr), which
  * PoCL's CPU drivers (basic, pthread) use as their device memory; any other
@@ -26,7 +33,9 @@
 #define POCL_MEMLAYER_MIGRATION_H
 
 #include "pocl_cl.h"
+#ifndef BUILD_MEMLAYER_ENGINE
 #include "memlayer/migration.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +43,32 @@ extern "C" {
 
 /* 1 when memlayer's engine decides migrations in this process. */
 int pocl_ml_migration_enabled (void);
+
+#ifdef BUILD_MEMLAYER_ENGINE
+/* PoCL 7.1: 1 when memlayer's engine decides the migrations of `context`'s
+ * commands: it is enabled (above) and each of the context's devices either
+ * computes on the host memory (PoCL's CPU devices) or honours byte-range
+ * migrations (cl_device_id: honours_migration_ranges). Decided once per
+ * context. O(1) after the first call. */
+int pocl_ml_runs_context (cl_context context);
+
+/* PoCL 7.1's pocl_create_command_full() for the contexts the engine runs.
+ * buffer_usage: the command's buffers, images as their storage buffers
+ * already (POCL_MEM_BS), sub-buffers as themselves (each is that range of
+ * its parent), read_only per entry; several entries may name one buffer.
+ * mig_flags: clEnqueueMigrateMemObjects' flags (HOST plans for the host
+ * copy; CONTENT_UNDEFINED makes each use an overwrite). On success the list
+ * becomes (*cmd)->migr_infos, each entry holding one reference to its
+ * buffer. Errors and waits as the 3.1 form below; on an error the list is
+ * the caller's again, nothing is recorded, no command exists and *event_p
+ * is NULL. */
+cl_int pocl_ml_create_command (_cl_command_node **cmd,
+                               cl_command_queue command_queue,
+                               cl_command_type command_type, cl_event *event_p,
+                               cl_uint num_events, const cl_event *wait_list,
+                               pocl_buffer_migration_info *buffer_usage,
+                               cl_mem_migration_flags mig_flags);
+#else
 
 /* pocl_create_command() for the memlayer engine. buffers[i] is used as
  * uses[i] says (offset within buffers[i], size 0 = to its end); a buffer may
@@ -58,10 +93,11 @@ cl_int pocl_ml_create_command (_cl_command_node **cmd,
                                size_t num_buffers, cl_mem *buffers,
                                const char *readonly_flags, const ml_use *uses,
                                cl_mem_migration_flags mig_flags);
+#endif
 
 /* Allocates mem on dev now (a map's early allocation), evicting and
- * waiting for room as pocl_ml_create_command() does. Call without mem's
- * lock. CL_SUCCESS, CL_MEM_OBJECT_ALLOCATION_FAILURE or
+ * waiting for room as pocl_ml_create_command() does; a sub-buffer (7.1):
+ * its parent, which the sub-buffer follows. Call without mem's lock. CL_SUCCESS, CL_MEM_OBJECT_ALLOCATION_FAILURE or
  * CL_OUT_OF_HOST_MEMORY. */
 cl_int pocl_ml_alloc (cl_device_id dev, cl_mem mem);
 
@@ -94,6 +130,7 @@ POCL_EXPORT void pocl_ml_migration_ended (_cl_command_node *node);
 /* Counts one executed migration command of `bytes` (both engines). */
 void pocl_ml_count_migration (pocl_migration_type_t type, size_t bytes);
 
+#ifndef BUILD_MEMLAYER_ENGINE
 /* The range a rectangle of a buffer covers, from its first to its last
  * byte: origin (bytes, rows, slices) and region as in clEnqueue*Rect with
  * the pitches already defaulted. `base` is added (a sub-buffer's origin).
@@ -115,6 +152,7 @@ pocl_ml_rect_use (size_t base, const size_t *origin, const size_t *region,
   u.access = dense ? whole_access : partial_access;
   return u;
 }
+#endif
 
 /* Process-wide counters of executed migration commands, for tests and
  * benchmarks (dlsym it from libpocl). reset != 0 zeroes them after reading. */

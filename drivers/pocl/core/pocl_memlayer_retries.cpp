@@ -1,9 +1,6 @@
 #include "pocl_memlayer_retries.hpp"
 
-// PoCL declares its internal API entry points without C linkage for C++.
-extern "C" {
-#include "pocl_util.h"
-}
+#include "pocl_core_compat.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -61,7 +58,7 @@ MigrationRetries::Retry MigrationRetries::next(_cl_command_node* node, std::chro
     const cl_device_id from = p.also[p.next++];
     const cl_device_id dst = p.dst;
     lock.unlock();
-    point_migration_at(node, dst, from);
+    compat::point_into_device(node, dst, from);
     return Retry::resourced;
   }
   if (!p.last_copy) return Retry::give_up;
@@ -83,23 +80,6 @@ std::vector<cl_event> MigrationRetries::purge_locked() {
     return true;
   });
   return done;
-}
-
-void point_migration_at(_cl_command_node* node, cl_device_id dst, cl_device_id from) {
-  _cl_command_migrate& m = node->command.migrate;
-  pocl_mem_identifier* ids = node->sync.event.event->mem_objs[0]->device_ptrs;
-  if (from == nullptr) {
-    m.type = ENQUEUE_MIGRATE_TYPE_H2D;
-    m.mem_id = &ids[dst->global_mem_id];
-    m.src_device = nullptr;
-    m.src_id = m.dst_id = nullptr;
-  } else {
-    m.type = ENQUEUE_MIGRATE_TYPE_D2D;
-    m.src_device = from;
-    m.src_id = &ids[from->global_mem_id];
-    m.dst_id = &ids[dst->global_mem_id];
-    m.mem_id = nullptr;
-  }
 }
 
 }  // namespace memlayer::pocl_core

@@ -73,9 +73,4 @@ class MigrationRetries {
   std::size_t purge_at_ = 64;
 };
 
-/// Points migration command `node` (its buffer mem_objs[0], into device
-/// `dst`) at `from`: a host-to-device copy from the host copy (nullptr) or
-/// a device-to-device copy from that device.
-void point_migration_at(_cl_command_node* node, cl_device_id dst, cl_device_id from);
-
 }  // namespace memlayer::pocl_core

@@ -85,6 +85,10 @@ int migrate_range(cl_mem mem, size_t offset, size_t size, const pocl_mem_identif
               size);
   return CL_SUCCESS;
 }
+int migrate_d2d_range(cl_device_id, cl_device_id, cl_mem mem, size_t offset, size_t size, pocl_mem_identifier* src_mem_id,
+                      pocl_mem_identifier* dst_mem_id) {
+  return migrate_range(mem, offset, size, src_mem_id, dst_mem_id);
+}
 
 }  // namespace
 
@@ -112,6 +116,7 @@ void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
   ops->free_mapping_ptr = pocl_memlayer_free_mapping_ptr;
   ops->can_migrate_d2d = pocl_memlayer_can_migrate_d2d;
   ops->migrate_d2d = pocl_memlayer_migrate_d2d;
+  memlayer::pocl::compat::set_migrate_d2d_range(ops, migrate_d2d_range);
 
   ops->submit = pocl_memlayer_submit;
   ops->notify = pocl_memlayer_notify;
@@ -166,6 +171,7 @@ cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameter
   device->max_mem_alloc_size = std::max(quarter, floor);
   device->local_mem_size = params.local_mem;
   device->local_mem_type = CL_LOCAL;  // a space per compute unit, not global memory
+  memlayer::pocl::compat::declare_range_migrations(device);
   device->mem_base_addr_align = static_cast<cl_uint>(params.alignment);
   device->device_alloca_locals = 0;
   if (device->vendor_id == 0) device->vendor_id = CL_KHRONOS_VENDOR_ID_POCL;
@@ -190,6 +196,17 @@ cl_int pocl_memlayer_reinit(MEMLAYER_REINIT_PARAMS) {
 cl_int pocl_memlayer_alloc_mem_obj(cl_device_id device, cl_mem mem, void*) {
   pocl_mem_identifier* p = &mem->device_ptrs[device->global_mem_id];
   if (p->mem_ptr != nullptr) return CL_SUCCESS;
+  // A sub-buffer is its range of its parent's storage (which memlayer's
+  // engine may have evicted since the sub-buffer was made: placed again).
+  if (cl_mem parent = mem->parent; parent != nullptr) {
+    POCL_LOCK_OBJ(parent);
+    const cl_int placed = pocl_memlayer_alloc_mem_obj(device, parent, nullptr);
+    void* base = parent->device_ptrs[device->global_mem_id].mem_ptr;
+    POCL_UNLOCK_OBJ(parent);
+    if (placed != CL_SUCCESS) return placed;
+    p->mem_ptr = static_cast<char*>(base) + mem->origin;
+    return CL_SUCCESS;
+  }
   // At clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) PoCL offers every device the
   // host copy; that is not this device's memory, so decline and let PoCL's
   // core allocate it. Device memory comes at the first command that uses it.

@@ -21,6 +21,11 @@
 extern "C" {
 #include "common_utils.h"
 }
+#ifdef BUILD_MEMLAYER_ENGINE
+// memlayer's engine in PoCL's core (drivers/pocl/core): the fallbacks of the
+// migrations it makes.
+#include "pocl_memlayer_migration.h"
+#endif
 #else
 #include "builtin_kernels.hh"
 // memlayer's engine in PoCL's core (drivers/pocl/core): the fallbacks of the
@@ -255,10 +260,10 @@ class KernelFloatMode {
 
 /// After migration command `node` failed its tries: whether to try it
 /// again (it now reads from another complete copy of its bytes, or is the
-/// last copy of bytes being evicted: pocl_ml_migration_retry). PoCL 7.1's
-/// core has no memlayer engine yet: never.
+/// last copy of bytes being evicted: pocl_ml_migration_retry). A PoCL 7.1
+/// built without memlayer's engine: never.
 inline bool retry_migration(_cl_command_node* node) {
-#if MEMLAYER_POCL_MAJOR >= 7
+#if MEMLAYER_POCL_MAJOR >= 7 && !defined(BUILD_MEMLAYER_ENGINE)
   (void)node;
   return false;
 #else
@@ -268,7 +273,7 @@ inline bool retry_migration(_cl_command_node* node) {
 
 /// Migration command `node` has been run or failed (pocl_ml_migration_ended).
 inline void migration_ended(_cl_command_node* node) {
-#if MEMLAYER_POCL_MAJOR >= 7
+#if MEMLAYER_POCL_MAJOR >= 7 && !defined(BUILD_MEMLAYER_ENGINE)
   (void)node;
 #else
   pocl_ml_migration_ended(node);
@@ -276,15 +281,42 @@ inline void migration_ended(_cl_command_node* node) {
 }
 
 /// What migration command `node` moves, for messages: a byte range of a
-/// buffer (3.1, memlayer's engine), whole buffers (7.1).
+/// buffer (size 0 in the command: all of it).
 inline std::string migration_bytes(const _cl_command_node* node) {
 #if MEMLAYER_POCL_MAJOR >= 7
-  return std::to_string(node->command.migrate.num_buffers) + " whole buffer(s)";
+  const cl_mem mem = node->migr_infos->buffer;
+#ifdef BUILD_MEMLAYER_ENGINE
+  const std::size_t offset = node->migr_infos->offset, size = node->migr_infos->size;
 #else
-  const _cl_command_migrate& m = node->command.migrate;
+  const std::size_t offset = 0, size = 0;
+#endif
+#else
   const cl_mem mem = node->sync.event.event->mem_objs[0];
-  const std::size_t end = m.offset + (m.size != 0 ? m.size : mem->size);
-  return "bytes [" + std::to_string(m.offset) + ", " + std::to_string(end) + ") of buffer " + std::to_string(mem->id);
+  const std::size_t offset = node->command.migrate.offset, size = node->command.migrate.size;
+#endif
+  const std::size_t end = offset + (size != 0 ? size : mem->size);
+  return "bytes [" + std::to_string(offset) + ", " + std::to_string(end) + ") of buffer " + std::to_string(mem->id);
+}
+
+/// 7.1 with memlayer's engine: this driver's migrations move only their
+/// byte range (pocl_exec_command for host transfers, migrate_d2d_range
+/// between devices), so the engine plans byte ranges for its devices. 3.1's
+/// patch gave every driver ranged migrations: nothing to declare.
+inline void declare_range_migrations(cl_device_id device) {
+#if MEMLAYER_POCL_MAJOR >= 7 && defined(BUILD_MEMLAYER_ENGINE)
+  device->honours_migration_ranges = CL_TRUE;
+#else
+  (void)device;
+#endif
+}
+using MigrateD2DRange = int (*)(cl_device_id, cl_device_id, cl_mem, size_t, size_t, pocl_mem_identifier*,
+                                pocl_mem_identifier*);
+inline void set_migrate_d2d_range(pocl_device_ops* ops, MigrateD2DRange f) {
+#if MEMLAYER_POCL_MAJOR >= 7 && defined(BUILD_MEMLAYER_ENGINE)
+  ops->migrate_d2d_range = f;
+#else
+  (void)ops;
+  (void)f;
 #endif
 }
 

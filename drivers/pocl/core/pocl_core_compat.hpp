@@ -1,0 +1,201 @@
+// Where PoCL 3.1 (patches/pocl-3.1-memlayer.patch) and PoCL 7.1
+// (patches/pocl-7.1-memlayer-engine.patch) differ for memlayer's engine in
+// PoCL's core: every version conditional of drivers/pocl/core is here, so
+// the adapter (pocl_memlayer_migration.cpp) reads the same for both.
+// MEMLAYER_POCL_MAJOR comes from core-tree.cmake (PoCL's MAJOR_VERSION).
+//
+// Thread-safety: as the PoCL functions each wraps.
+#pragma once
+
+extern "C" {
+#include "pocl_mem_management.h"
+#include "pocl_util.h"
+}
+
+#include <cstddef>
+#include <cstdlib>
+#include <span>
+
+#ifndef MEMLAYER_POCL_MAJOR
+#error "MEMLAYER_POCL_MAJOR is not set (drivers/pocl/core-tree.cmake sets it from PoCL's MAJOR_VERSION)"
+#endif
+
+namespace memlayer::pocl_core::compat {
+
+/// `waiting` runs only after `notifier` has ended (and fails if it failed).
+/// PoCL 7.1 takes the two in the other order than 3.1 (our 3.1 patch's
+/// export): both have the same types, so every call goes through here.
+inline void depend(cl_event waiting, cl_event notifier) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  pocl_create_event_sync(notifier, waiting);
+#else
+  pocl_create_event_sync(waiting, notifier);
+#endif
+}
+
+/// A command on `queue` with no user wait list, for `buffers` (3.1 lists
+/// them in the event; 7.1 in the node's migr_infos, which the caller sets).
+inline cl_int create_command(_cl_command_node** node, cl_command_queue queue, cl_command_type type, cl_event* event_p,
+                             std::span<cl_mem> buffers) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  (void)buffers;
+  return pocl_create_command_struct(node, queue, type, event_p, 0, nullptr, nullptr);
+#else
+  return pocl_create_command_struct(node, queue, type, event_p, 0, nullptr, buffers.size(), buffers.data());
+#endif
+}
+
+/// Frees a command made by create_command() that was never enqueued and
+/// has no event syncs: its event (every reference), the node, and what the
+/// node holds (7.1: a reference to each migr_infos buffer; 3.1: none).
+inline void discard_command(_cl_command_node* node) {
+  cl_event ev = node->sync.event.event;
+#if MEMLAYER_POCL_MAJOR >= 7
+  // 7.1's CPU drivers free the per-event data they made when the event was
+  // queued, asserting it exists: make it, as queueing would.
+  cl_device_id dev = ev->queue->device;
+  if (ev->data == nullptr && dev->ops->update_event != nullptr) dev->ops->update_event(dev, ev);
+#else
+  POCL_MEM_FREE(ev->mem_objs);
+  ev->num_buffers = 0;
+#endif
+  POCL_LOCK_OBJ(ev);
+  ev->pocl_refcount = 1;
+  POCL_UNLOCK_OBJ(ev);
+  POname(clReleaseEvent)(ev);
+  pocl_mem_manager_free_command(node);
+}
+
+/// The buffer migration command `node` moves.
+inline cl_mem migration_buffer(const _cl_command_node* node);
+
+/// Frees a migration command made by create_command() and
+/// set_migration_range() that was never enqueued, and its buffer reference.
+inline void discard_migration(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  discard_command(node);  // the migr_infos entry releases the buffer
+#else
+  cl_mem mem = migration_buffer(node);
+  discard_command(node);
+  POname(clReleaseMemObject)(mem);
+#endif
+}
+
+/// The buffer migration command `node` moves.
+inline cl_mem migration_buffer(const _cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return node->migr_infos->buffer;
+#else
+  return node->sync.event.event->mem_objs[0];
+#endif
+}
+
+/// Makes `node` (from create_command) move bytes [offset, offset + size) of
+/// `mem`, whose reference the caller took for it (3.1: the migration's
+/// release; 7.1: the migr_infos entry's). False when out of host memory.
+inline bool set_migration_range(_cl_command_node* node, cl_mem mem, std::size_t offset, std::size_t size) {
+  _cl_command_migrate& m = node->command.migrate;
+#if MEMLAYER_POCL_MAJOR >= 7
+  auto* entry = static_cast<pocl_buffer_migration_info*>(std::calloc(1, sizeof(pocl_buffer_migration_info)));
+  if (entry == nullptr) return false;
+  entry->buffer = mem;
+  entry->offset = offset;
+  entry->size = size;
+  DL_APPEND(node->migr_infos, entry);
+  m.num_buffers = 1;
+  m.implicit = 1;
+#else
+  (void)mem;
+  m.offset = offset;
+  m.size = size;
+#endif
+  return true;
+}
+
+/// Makes `node` a copy from device `from`'s storage to the host copy; it
+/// runs on `from`'s queue.
+inline void point_to_host(_cl_command_node* node, cl_device_id from) {
+  _cl_command_migrate& m = node->command.migrate;
+  m.type = ENQUEUE_MIGRATE_TYPE_D2H;
+#if MEMLAYER_POCL_MAJOR >= 7
+  (void)from;  // pocl_exec_command reads the device that runs it
+#else
+  m.mem_id = &migration_buffer(node)->device_ptrs[from->global_mem_id];
+#endif
+}
+
+/// Makes `node` a copy into device `dst` (which runs it): from the host copy
+/// (`from` nullptr) or from device `from`.
+inline void point_into_device(_cl_command_node* node, cl_device_id dst, cl_device_id from) {
+  _cl_command_migrate& m = node->command.migrate;
+  m.type = from == nullptr ? ENQUEUE_MIGRATE_TYPE_H2D : ENQUEUE_MIGRATE_TYPE_D2D;
+  m.src_device = from;
+#if MEMLAYER_POCL_MAJOR >= 7
+  (void)dst;  // pocl_exec_command reads the device that runs it
+#else
+  pocl_mem_identifier* ids = migration_buffer(node)->device_ptrs;
+  m.mem_id = from == nullptr ? &ids[dst->global_mem_id] : nullptr;
+  m.src_id = from == nullptr ? nullptr : &ids[from->global_mem_id];
+  m.dst_id = from == nullptr ? nullptr : &ids[dst->global_mem_id];
+#endif
+}
+
+/// Whether `dev`'s migration commands move only their byte range (3.1: our
+/// patch gave every driver's migrations a range).
+inline bool honours_migration_ranges(cl_device_id dev) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return dev->honours_migration_ranges != CL_FALSE;
+#else
+  (void)dev;
+  return true;
+#endif
+}
+
+/// Whether `dev`'s driver copies a byte range from another device itself
+/// (the direct path of a device-to-device migration it runs).
+inline bool migrates_d2d_ranges(cl_device_id dev) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return dev->ops->migrate_d2d_range != nullptr;
+#else
+  return dev->ops->migrate_d2d != nullptr;
+#endif
+}
+
+/// PoCL 7.1 keeps in each sub-buffer its parent's storage address plus its
+/// origin (per device, and the host copy's), and the commands that use a
+/// sub-buffer read it there. Call with `parent` locked whenever its storage
+/// on `dev` (nullptr: its host copy) was placed or freed, so that its
+/// sub-buffers follow. 3.1's core never sees a sub-buffer (our patch makes
+/// each its parent plus an offset): nothing to do. O(sub-buffers).
+inline void follow_parent(cl_mem parent, cl_device_id dev) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  cl_mem_list_item_t* item = nullptr;
+  LL_FOREACH(parent->sub_buffers, item) {
+    cl_mem sub = item->mem;
+    if (dev == nullptr) {
+      sub->mem_host_ptr = parent->mem_host_ptr == nullptr ? nullptr : static_cast<char*>(parent->mem_host_ptr) + sub->origin;
+      continue;
+    }
+    void* base = parent->device_ptrs[dev->global_mem_id].mem_ptr;
+    sub->device_ptrs[dev->global_mem_id].mem_ptr = base == nullptr ? nullptr : static_cast<char*>(base) + sub->origin;
+  }
+#else
+  (void)parent;
+  (void)dev;
+#endif
+}
+
+/// Whether the host holds a mapping of `parent` or (7.1) of one of its
+/// sub-buffers: its storage must stay where the unmap writes it back.
+inline bool mapped(cl_mem parent) {
+  if (__atomic_load_n(&parent->map_count, __ATOMIC_ACQUIRE) != 0) return true;
+#if MEMLAYER_POCL_MAJOR >= 7
+  cl_mem_list_item_t* item = nullptr;
+  LL_FOREACH(parent->sub_buffers, item) {
+    if (__atomic_load_n(&item->mem->map_count, __ATOMIC_ACQUIRE) != 0) return true;
+  }
+#endif
+  return false;
+}
+
+}  // namespace memlayer::pocl_core::compat

@@ -1,0 +1,101 @@
+# memlayer's migration engine inside PoCL: the tests that hold on every PoCL
+# it is built into (3.1: patches/pocl-3.1-memlayer.patch; 7.1:
+# patches/pocl-7.1-memlayer-engine.patch). Included from
+# tests/pocl/CMakeLists.txt, which defines the programs; each PoCL's own file
+# calls memlayer_pocl_engine_suite() once.
+
+# memlayer_pocl_engine_suite(label env cpu api stress): registers the suite
+# for one PoCL build. label: the ctest label; env: that build's environment
+# (a list: the ICD loader's variables); cpu: PoCL's host-memory CPU device
+# (3.1 pthread, 7.1 cpu); api, stress: the name prefixes of the OpenCL API
+# tests and of the stress runs (3.1 keeps the names these tests always had:
+# pocl_ and none).
+function(memlayer_pocl_engine_suite label env cpu api stress)
+  # suite_test(name devices command...): one test (suite_env adds to its
+  # environment).
+  function(suite_test name devices)
+    add_test(NAME ${name} COMMAND ${ARGN})
+    set_tests_properties(${name} PROPERTIES LABELS ${label} TIMEOUT 900 ENVIRONMENT "${env};POCL_DEVICES=${devices}")
+  endfunction()
+  function(suite_env name)
+    set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT ${ARGN})
+  endfunction()
+
+  suite_test(${api}images "memlayer memlayer" $<TARGET_FILE:pocl_image_test>)
+  suite_test(${api}failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=-PoclFaults.*:PoclPeerFaults.*)
+  # Device 0's peer links failing (its host link working): migrations from it
+  # are made from the host copy instead, or fail losing nothing.
+  suite_test(${api}failure_peer_faults "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=PoclPeerFaults.*)
+  suite_env(${api}failure_peer_faults "POCL_MEMLAYER0_PARAMETERS=peer_read_faults=1")
+  # The same program with device 0 failing every transfer (fault injection).
+  suite_test(${api}failure_faults "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=PoclFaults.*)
+  suite_env(${api}failure_faults "POCL_MEMLAYER0_PARAMETERS=transfer_faults=1")
+
+  suite_test(${api}device memlayer $<TARGET_FILE:pocl_device_test> --gtest_filter=-*QueuedWork*)
+  suite_env(${api}device "POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2"
+      "POCL_MEMLAYER_ROOM_WAIT_MS=500")
+  # 21 MiB of buffers queued without waiting on a device of 8 MiB
+  # (doc/engine.md, memory pressure with work in flight).
+  suite_test(${api}device_pressure memlayer $<TARGET_FILE:pocl_device_test> --gtest_filter=*QueuedWork*)
+  suite_env(${api}device_pressure "POCL_MEMLAYER0_PARAMETERS=global_mem=8M,local_mem=32K,compute_units=2")
+
+  suite_test(${api}migration "memlayer memlayer" $<TARGET_FILE:pocl_migration_test>)
+
+  # A bad engine choice is named on stderr; the build's default engine runs.
+  suite_test(${api}bad_engine_choice "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 20)
+  suite_env(${api}bad_engine_choice "POCL_MEMLAYER_MIGRATION=yes")
+  set_property(TEST ${api}bad_engine_choice PROPERTY PASS_REGULAR_EXPRESSION
+    "POCL_MEMLAYER_MIGRATION must be 0 or 1, not 'yes'; using 1.*0 mismatches")
+
+  suite_test(${stress}cl_stress_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 3000 --seed 1)
+  suite_test(${stress}cl_stress_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+    --ops 3000 --seed 2 --buffers 6 --queues-per-device 3)
+  suite_test(${stress}cl_stress_4dev "memlayer memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 4000 --seed 4)
+  # With the driver's fault injection (transfer_faults): commands fail, and
+  # every read of what the model still knows is checked (cl_stress.cpp,
+  # --faults). These runs found: engine waits skipped once they had failed
+  # (commands ran on copies that had failed), commands failed inside PoCL's
+  # broadcast and events failed at enqueue while another dependency was
+  # pending (freed events: crashes), and commands that never ran counted as
+  # failed while running (their location's content lost).
+  suite_test(${stress}cl_stress_faults_1dev memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 3000 --seed 7 --faults 1)
+  suite_env(${stress}cl_stress_faults_1dev "POCL_MEMLAYER0_PARAMETERS=transfer_faults=0.02")
+  suite_test(${stress}cl_stress_faults_2dev "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 3000 --seed 7 --faults 1)
+  suite_env(${stress}cl_stress_faults_2dev
+      "POCL_MEMLAYER0_PARAMETERS=transfer_faults=0.02" "POCL_MEMLAYER1_PARAMETERS=transfer_faults=0.02,fault_seed=2")
+  suite_test(${stress}cl_stress_faults_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+    --ops 4000 --seed 5 --faults 1 --elements 2048 --queues-per-device 3)
+  suite_env(${stress}cl_stress_faults_3dev
+      "POCL_MEMLAYER0_PARAMETERS=transfer_faults=0.02" "POCL_MEMLAYER1_PARAMETERS=transfer_faults=0.02,fault_seed=2"
+      "POCL_MEMLAYER2_PARAMETERS=transfer_faults=0.02,fault_seed=3")
+  # Peer links failing half their tries as well: migrations between devices
+  # are made from another copy (the host's, another device's) once their
+  # tries fail, every result still checked.
+  suite_test(${stress}cl_stress_faults_peer_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+    --ops 4000 --seed 6 --faults 1 --elements 2048 --queues-per-device 2)
+  suite_env(${stress}cl_stress_faults_peer_3dev
+      "POCL_MEMLAYER0_PARAMETERS=transfer_faults=0.02,peer_read_faults=0.5"
+      "POCL_MEMLAYER1_PARAMETERS=transfer_faults=0.02,peer_read_faults=0.5,fault_seed=2"
+      "POCL_MEMLAYER2_PARAMETERS=transfer_faults=0.02,peer_read_faults=0.5,fault_seed=3")
+  # Small devices (1 MiB for 12 buffers of 128 KiB: every command evicts)
+  # failing 30% of their transfers: write-backs fail and are made again, a
+  # failed blocking map must not leave its buffer mapped (unevictable), and
+  # a write-back another enqueue started is waited for, not taken as a full
+  # device (before these two fixes, such runs on two devices failing 40%
+  # ended in CL_MEM_OBJECT_ALLOCATION_FAILURE, seeds 3-5 of 3).
+  suite_test(${stress}cl_stress_faults_pressure_3dev "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+    --ops 2000 --seed 12 --faults 1 --buffers 12 --elements 32768)
+  suite_env(${stress}cl_stress_faults_pressure_3dev "POCL_MEMLAYER_ROOM_WAIT_MS=30000"
+      "POCL_MEMLAYER0_PARAMETERS=global_mem=1M,transfer_faults=0.3,peer_read_faults=0.3"
+      "POCL_MEMLAYER1_PARAMETERS=global_mem=1M,transfer_faults=0.3,fault_seed=2"
+      "POCL_MEMLAYER2_PARAMETERS=global_mem=1M,transfer_faults=0.3,fault_seed=3,peer_read_faults=0.5")
+  # One buffer, whole, one queue per device: the most failures per byte.
+  suite_test(${stress}cl_stress_faults_one_buffer "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+    --ops 3000 --seed 8 --faults 1 --elements 1024 --sub-buffers 0 --queues-per-device 1 --buffers 1)
+  suite_env(${stress}cl_stress_faults_one_buffer
+      "POCL_MEMLAYER0_PARAMETERS=transfer_faults=0.02" "POCL_MEMLAYER1_PARAMETERS=transfer_faults=0.02,fault_seed=2")
+
+  # A host-memory CPU device beside a memlayer device: migrations between
+  # PoCL's shared memory and memlayer's.
+  suite_test(${stress}cl_stress_mixed "${cpu} memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 2000 --seed 3)
+endfunction()
