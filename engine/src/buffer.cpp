@@ -52,19 +52,11 @@ Buffer::~Buffer() {
 
 void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }
 
-// Finished users are pruned when the list reaches prune_at, which then
-// doubles past what is left: a list of unfinished users (a batch of queued
-// commands) costs O(1) amortised per add, not a scan each time.
-void Buffer::add_user(Storage& s, Event e) {
-  if (!s.users.empty() && s.users.back() == e) return;
-  if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
-  hold(e);
-  s.users.push_back(e);
-}
-
+// Statuses through ops_: during an enqueue its batch remembers them, and a
+// batch of commands' buffers all ask about the same commands.
 void Buffer::prune_users(Storage& s) {
   std::erase_if(s.users, [&](Event u) {
-    if (!host_finished(u)) return false;
+    if (!ops_.done(u)) return false;
     drop(u);
     return true;
   });

@@ -31,7 +31,7 @@ std::optional<EnqueueError> Transaction::run() {
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
     for (const EnqueueScratch::Group& g : s_.groups) {
       if (failed) break;
-      failed = place(*g.buffer, at_, false);
+      if (!g.buffer->storage(at_).allocated) failed = place(*g.buffer, at_, false);
     }
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();

@@ -210,6 +210,21 @@ void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool fo
   }
 }
 
+// Whether settle_range() over span `s` (the only one) would change nothing
+// beyond trim_completed(): its last writer, its holders' ready events and,
+// for a write, its readers all unfailed, and its content held somewhere.
+// The same status looks, without the edits' machinery.
+bool RangeVersions::settled(const Span& s, bool for_write) const {
+  if (s.holders.empty() && !s.anywhere) return false;
+  if (ops_.failed(s.last_writer)) return false;
+  for (const Holder& h : s.holders)
+    if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
+  if (for_write)
+    for (Event r : s.readers)
+      if (ops_.failed(r)) return false;
+  return true;
+}
+
 // Puts back every record of `writer` (failed); false if it has none left.
 bool RangeVersions::restore_writer(Event writer) {
   const bool ran = ops_.state(writer) == EventStatus::failed;
@@ -438,10 +453,20 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
-    settle_range(0, size_, writes(uses[0].access));
+    const Access access = uses[0].access;
+    const bool for_write = writes(access);
+    if (first_undo_ != undo_.size()) trim_completed();
     const Span& s = spans_.begin()->second;
-    if (reads_old_content(uses[0].access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
-    plan_waits(s, uses[0].access, at, out);
+    if (!settled(s, for_write)) settle_range(0, size_, for_write);  // changes spans_: look again
+    const Span& t = spans_.begin()->second;
+    const Holder* h = holder(t, at);
+    if (h == nullptr && reads_old_content(access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
+    // plan_waits(), with the common holder ready with the last writer
+    // looked at once.
+    if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
+    if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
+    if (for_write)
+      for (Event r : t.readers) add_unique(out.wait, r);
     return;
   }
   for (const Use& u : uses) settle_range(u.offset, u.offset + u.size, writes(u.access));

@@ -199,6 +199,7 @@ class RangeVersions {
   void drop_span(const Span& s) const;
   void trim_completed();
   void settle_range(std::uint64_t begin, std::uint64_t end, bool for_write);
+  [[nodiscard]] bool settled(const Span& s, bool for_write) const;
   void settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed);
   bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);

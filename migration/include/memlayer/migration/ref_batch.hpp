@@ -34,7 +34,7 @@ class RefBatch {
   /// (> 0) or fewer (< 0) to `e`.
   using Apply = void (*)(void* context, Event e, int delta) noexcept;
 
-  RefBatch() = default;
+  RefBatch() { used_.reserve(kMaxEntries); }
   RefBatch(const RefBatch&) = delete;
   RefBatch& operator=(const RefBatch&) = delete;
   /// Applies what is still counted. O(events counted).
@@ -44,18 +44,19 @@ class RefBatch {
   void begin(void* context, Apply apply) noexcept {
     context_ = context;
     apply_ = apply;
-    memo_ = {};
+    forget_statuses();
   }
   /// Applies the net count of every event counted since begin(), in the
   /// order each was first counted, and counts no more. O(events counted).
   void flush() noexcept {
-    for (const Entry& x : entries_) {
+    for (const std::uint16_t i : used_) {
+      Slot& x = slots_[i];
       if (x.delta != 0) apply_(context_, x.event, x.delta);
-      slots_[x.slot] = 0;
+      x = Slot{};
     }
-    entries_.clear();
-    recent_ = {};
-    memo_ = {};
+    used_.clear();
+    recent_ = {&none_, &none_};
+    forget_statuses();
     apply_ = nullptr;
   }
   [[nodiscard]] bool active() const noexcept { return apply_ != nullptr; }
@@ -63,91 +64,96 @@ class RefBatch {
   /// `delta` references more (> 0) or fewer (< 0) to `e` (not nullptr).
   /// Only while active. O(1): most often one of the two events counted last
   /// (the command's own, its predecessor), else a hash probe. Allocates
-  /// nothing once warm; out of table room or memory, the count of an event
-  /// not yet counted is applied at once (always correct: it has no deferred
-  /// count to keep ahead of).
+  /// nothing; out of table room, the count of an event not yet counted is
+  /// applied at once (always correct: it has no deferred count to keep
+  /// ahead of).
   void count(Event e, int delta) noexcept {
-    if (const std::uint16_t r = recent_[0]; r != 0 && entries_[r - 1].event == e) {
-      entries_[r - 1].delta += delta;
+    if (recent_[0]->event == e) {
+      recent_[0]->delta += delta;
       return;
     }
-    if (const std::uint16_t r = recent_[1]; r != 0 && entries_[r - 1].event == e) {
-      entries_[r - 1].delta += delta;
+    if (recent_[1]->event == e) {
+      recent_[1]->delta += delta;
       std::swap(recent_[0], recent_[1]);
       return;
     }
     count_new(e, delta);
   }
 
-  /// The status (EventOps::status's raw value) last looked up for `e`
-  /// since begin(), if one of the last two: the events a command's buffers
-  /// ask about are mostly the same few (its predecessor, the oldest
-  /// unfinished writer), and status lookups may cost a call each. An
-  /// answer remembered during one enqueue is one the runtime gave during
-  /// it: deciding on it is deciding as at that moment, and the counted
+  /// The status (EventOps::status's raw value) looked up for `e` since
+  /// begin(), if still remembered (a small direct-mapped table: the last of
+  /// the events hashing alike). The events a command's buffers ask about
+  /// are mostly the same few (its predecessor, the oldest unfinished
+  /// writers), and status lookups may cost a call each. An answer
+  /// remembered during one enqueue is one the runtime gave during it:
+  /// deciding on it is deciding as at that moment, and the counted
   /// references keep `e` from being freed and its address reused meanwhile.
   /// O(1).
   [[nodiscard]] bool recall(Event e, int& status) const noexcept {
-    for (const Memo& m : memo_) {
-      if (m.event == e) {
-        status = m.status;
-        return true;
-      }
-    }
-    return false;
+    const Memo& m = memo_[memo_slot(e)];
+    if (m.event != e || m.generation != generation_) return false;
+    status = m.status;
+    return true;
   }
-  void remember(Event e, int status) noexcept {
-    memo_[1] = memo_[0];
-    memo_[0] = {e, status};
-  }
+  void remember(Event e, int status) noexcept { memo_[memo_slot(e)] = {e, generation_, status}; }
 
  private:
   struct Memo {
     Event event = nullptr;
+    std::uint32_t generation = 0;  // valid while it is generation_
     int status = 0;
   };
-  // Open addressing over entry indices + 1 (0: empty), at most half full.
+  static constexpr unsigned kMemoBits = 7;
+  static std::size_t memo_slot(Event e) noexcept {
+    return (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> (64 - kMemoBits);
+  }
+  // Forgets every remembered status: O(1), the table is cleared only when
+  // the generation wraps.
+  void forget_statuses() noexcept {
+    if (++generation_ == 0) {
+      memo_ = {};
+      generation_ = 1;
+    }
+  }
+  // Open addressing over the counts themselves, at most half full.
   static constexpr unsigned kSlotBits = 9;
   static constexpr std::size_t kSlots = std::size_t{1} << kSlotBits;
   static constexpr std::size_t kMaxEntries = kSlots / 2;
-  struct Entry {
-    Event event;
-    int delta;
-    std::uint16_t slot;
+  struct Slot {
+    Event event = nullptr;  // nullptr: empty
+    int delta = 0;
   };
 
   // An event other than the two last counted: a hash probe.
   [[gnu::noinline]] void count_new(Event e, int delta) noexcept {
     std::size_t h = (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> (64 - kSlotBits);
     for (;; h = (h + 1) & (kSlots - 1)) {
-      const std::uint16_t s = slots_[h];
-      if (s == 0) break;
-      if (entries_[s - 1].event == e) {
-        entries_[s - 1].delta += delta;
-        return touch(s);
+      Slot& x = slots_[h];
+      if (x.event == e) {
+        x.delta += delta;
+        return touch(x);
       }
+      if (x.event == nullptr) break;
     }
-    if (entries_.size() >= kMaxEntries) return apply_(context_, e, delta);
-    try {
-      entries_.push_back({e, delta, static_cast<std::uint16_t>(h)});
-    } catch (...) {
-      return apply_(context_, e, delta);
-    }
-    slots_[h] = static_cast<std::uint16_t>(entries_.size());
+    if (used_.size() >= kMaxEntries) return apply_(context_, e, delta);  // reserved: never allocates
+    used_.push_back(static_cast<std::uint16_t>(h));
+    slots_[h] = Slot{e, delta};
     touch(slots_[h]);
   }
 
-  void touch(std::uint16_t entry) noexcept {
+  void touch(Slot& x) noexcept {
     recent_[1] = recent_[0];
-    recent_[0] = entry;
+    recent_[0] = &x;
   }
 
   void* context_ = nullptr;
   Apply apply_ = nullptr;
-  std::vector<Entry> entries_;
-  std::array<std::uint16_t, 2> recent_{};  // entries_ index + 1 of the two last counted
-  std::array<Memo, 2> memo_{};             // the two last statuses looked up, newest first
-  std::array<std::uint16_t, kSlots> slots_{};
+  std::vector<std::uint16_t> used_;  // the slots counted in, in first-counted order
+  std::array<Slot, kSlots> slots_{};
+  Slot none_;                               // stands for "no event" in recent_
+  std::array<Slot*, 2> recent_{&none_, &none_};  // the two last counted
+  std::uint32_t generation_ = 1;
+  std::array<Memo, std::size_t{1} << kMemoBits> memo_{};  // statuses looked up, by memo_slot()
 };
 
 }  // namespace memlayer::migration
