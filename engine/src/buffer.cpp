@@ -12,21 +12,19 @@ migration::LocationSet initial_holders(bool host_content) {
 }
 }  // namespace
 
-// The planner's references go through hold()/drop(): batched while an
-// enqueue holds the buffer.
-migration::EventOps Buffer::ops_of(Buffer* b) {
+// The planner's view of the host's events. While an enqueue holds the
+// buffer, ops_.batch is its RefBatch: references count there, inline.
+migration::EventOps Buffer::ops_of(Host& host) {
   migration::EventOps ops;
-  ops.context = b;
-  ops.retain = [](void* c, Event e) { static_cast<Buffer*>(c)->hold(e); };
-  ops.release = [](void* c, Event e) { static_cast<Buffer*>(c)->drop(e); };
-  ops.status = [](void* c, Event e) -> int {
-    return static_cast<int>(static_cast<Buffer*>(c)->engine_.host().status(e));
-  };
+  ops.context = &host;
+  ops.retain = [](void* h, Event e) { static_cast<Host*>(h)->retain(e, 1); };
+  ops.release = [](void* h, Event e) { static_cast<Host*>(h)->release(e, 1); };
+  ops.status = [](void* h, Event e) -> int { return static_cast<int>(static_cast<Host*>(h)->status(e)); };
   return ops;
 }
 
 Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
-    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(this)),
+    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(engine.host())),
       versions_(size, initial_holders(host_content), ops_) {
   std::lock_guard lock(engine_.registry_mutex_);
   engine_.registry_.push_front(this);
@@ -54,19 +52,11 @@ Buffer::~Buffer() {
 
 void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }
 
-// Finished users are pruned when the list reaches prune_at, which then
-// doubles past what is left: a list of unfinished users (a batch of queued
-// commands) costs O(1) amortised per add, not a scan each time.
-void Buffer::add_user(Storage& s, Event e) {
-  if (!s.users.empty() && s.users.back() == e) return;
-  if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
-  hold(e);
-  s.users.push_back(e);
-}
-
+// Statuses through ops_: during an enqueue its batch remembers them, and a
+// batch of commands' buffers all ask about the same commands.
 void Buffer::prune_users(Storage& s) {
   std::erase_if(s.users, [&](Event u) {
-    if (!host_finished(u)) return false;
+    if (!ops_.done(u)) return false;
     drop(u);
     return true;
   });
@@ -78,16 +68,6 @@ void Buffer::drop_storage_events(Storage& s) {
   for (Event e : s.fences) drop(e);
   for (Event e : s.write_backs) drop(e);
   s = Storage{};
-}
-
-void Buffer::hold(Event e) {
-  if (batch_ != nullptr) batch_->count(e, +1);
-  else engine_.host().retain(e, 1);
-}
-
-void Buffer::drop(Event e) {
-  if (batch_ != nullptr) batch_->count(e, -1);
-  else engine_.host().release(e, 1);
 }
 
 

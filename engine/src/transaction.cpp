@@ -31,7 +31,7 @@ std::optional<EnqueueError> Transaction::run() {
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
     for (const EnqueueScratch::Group& g : s_.groups) {
       if (failed) break;
-      failed = place(*g.buffer, at_, false);
+      if (!g.buffer->storage(at_).allocated) failed = place(*g.buffer, at_, false);
     }
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
@@ -120,7 +120,7 @@ void Transaction::lock_all() {
   s_.refs.begin(host_);
   for (const EnqueueScratch::Group& g : s_.groups) {
     g.buffer->mutex_.lock();
-    g.buffer->batch_ = &s_.refs;
+    g.buffer->ops_.batch = &s_.refs;
   }
   locked_ = true;
 }
@@ -129,7 +129,7 @@ void Transaction::unlock_all() {
   if (!locked_) return;
   s_.refs.flush();  // while the buffers still hold what the batch retained
   for (auto it = s_.groups.rbegin(); it != s_.groups.rend(); ++it) {
-    it->buffer->batch_ = nullptr;
+    it->buffer->ops_.batch = nullptr;
     it->buffer->mutex_.unlock();
   }
   locked_ = false;
@@ -272,13 +272,13 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   std::unique_lock lock(victim->mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
-  victim->batch_ = &s_.refs;
+  victim->ops_.batch = &s_.refs;
   struct Rebatch {
     Buffer& victim;
     RefBatch& refs;
     Host& host;
     ~Rebatch() {
-      victim.batch_ = nullptr;
+      victim.ops_.batch = nullptr;
       refs.flush();
       refs.begin(host);
     }

@@ -15,11 +15,9 @@ constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones
 // bounds the memory of a deep queue and what a failed writer's search goes
 // through.
 constexpr std::size_t kMaxUndo = 1024;
-// Lists of dropped records kept for reuse, so that writing allocates
-// nothing once a buffer's queue depth has been reached.
-constexpr std::size_t kSpareLists = 64;
 
-void add_unique(std::vector<Event>& list, Event e) {
+template <class List>
+void add_unique(List& list, Event e) {
   if (e == nullptr) return;
   if (std::find(list.begin(), list.end(), e) == list.end()) list.push_back(e);
 }
@@ -154,15 +152,25 @@ void RangeVersions::set_holder(Span& s, Location l, Event ready) {
   s.holders.insert(pos, Holder{l, ready});
 }
 
+// A span's one holder is most often ready with its last writer: one count
+// for both.
 void RangeVersions::hold_span(const Span& s) const {
-  for (const Holder& h : s.holders) ops_.hold(h.ready);
-  ops_.hold(s.last_writer);
+  if (s.holders.size() == 1 && s.holders[0].ready == s.last_writer) {
+    ops_.hold(s.last_writer, 2);
+  } else {
+    for (const Holder& h : s.holders) ops_.hold(h.ready);
+    ops_.hold(s.last_writer);
+  }
   for (Event e : s.readers) ops_.hold(e);
 }
 
 void RangeVersions::drop_span(const Span& s) const {
-  for (const Holder& h : s.holders) ops_.drop(h.ready);
-  ops_.drop(s.last_writer);
+  if (s.holders.size() == 1 && s.holders[0].ready == s.last_writer) {
+    ops_.drop(s.last_writer, 2);
+  } else {
+    for (const Holder& h : s.holders) ops_.drop(h.ready);
+    ops_.drop(s.last_writer);
+  }
   for (Event e : s.readers) ops_.drop(e);
 }
 
@@ -202,6 +210,21 @@ void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool fo
   }
 }
 
+// Whether settle_range() over span `s` (the only one) would change nothing
+// beyond trim_completed(): its last writer, its holders' ready events and,
+// for a write, its readers all unfailed, and its content held somewhere.
+// The same status looks, without the edits' machinery.
+bool RangeVersions::settled(const Span& s, bool for_write) const {
+  if (s.holders.empty() && !s.anywhere) return false;
+  if (ops_.failed(s.last_writer)) return false;
+  for (const Holder& h : s.holders)
+    if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
+  if (for_write)
+    for (Event r : s.readers)
+      if (ops_.failed(r)) return false;
+  return true;
+}
+
 // Puts back every record of `writer` (failed); false if it has none left.
 bool RangeVersions::restore_writer(Event writer) {
   const bool ran = ops_.state(writer) == EventStatus::failed;
@@ -214,22 +237,15 @@ bool RangeVersions::restore_writer(Event writer) {
   return found;
 }
 
-// Drops record `index`'s references and keeps its lists for reuse; the
-// caller removes the record.
+// Drops record `index`'s references; the caller removes the record.
 void RangeVersions::forget_undo(std::size_t index) {
   Undo& r = undo_[index];
   drop_span(r.before);
   ops_.drop(r.writer);
   r.writer = nullptr;
-  if (r.before.holders.capacity() != 0 && spare_holders_.size() < kSpareLists) {
-    r.before.holders.clear();
-    spare_holders_.push_back(std::move(r.before.holders));
-  }
-  if (r.before.readers.capacity() != 0 && spare_readers_.size() < kSpareLists) {
-    r.before.readers.clear();
-    spare_readers_.push_back(std::move(r.before.readers));
-  }
-  r.before = Span{};
+  r.before.holders.clear();
+  r.before.readers.clear();
+  r.before.last_writer = nullptr;
 }
 
 // Puts back what record `index` says its bytes were before its writer,
@@ -290,14 +306,14 @@ void RangeVersions::restore(std::size_t index, bool ran) {
 // command planned now waits for it and fails with it). Content with no
 // holder left is lost.
 void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed) {
-  std::erase_if(s.holders, [&](const Holder& h) {
+  s.holders.erase_if([&](const Holder& h) {
     // The writer's own copy is ready with the writer: already looked at.
     if (h.ready == s.last_writer || !ops_.failed(h.ready)) return false;
     ops_.drop(h.ready);
     return true;
   });
   if (for_write) {
-    std::erase_if(s.readers, [&](Event e) {
+    s.readers.erase_if([&](Event e) {
       if (!ops_.failed(e)) return false;
       ops_.drop(e);
       return true;
@@ -333,12 +349,11 @@ void RangeVersions::add_reader(Span& s, Event e) {
 // spans that differ only in finished history can merge. Failed ready events
 // and writers stay: settle_range() needs them to undo.
 void RangeVersions::prune(Span& s) {
-  auto keep = std::remove_if(s.readers.begin(), s.readers.end(), [&](Event e) {
+  s.readers.erase_if([&](Event e) {
     if (!ops_.done(e)) return false;
     ops_.drop(e);
     return true;
   });
-  s.readers.erase(keep, s.readers.end());
   for (Holder& h : s.holders) {
     if (h.ready != nullptr && ops_.state(h.ready) == EventStatus::completed) {
       ops_.drop(h.ready);
@@ -438,10 +453,20 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
   if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
-    settle_range(0, size_, writes(uses[0].access));
+    const Access access = uses[0].access;
+    const bool for_write = writes(access);
+    if (first_undo_ != undo_.size()) trim_completed();
     const Span& s = spans_.begin()->second;
-    if (reads_old_content(uses[0].access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
-    plan_waits(s, uses[0].access, at, out);
+    if (!settled(s, for_write)) settle_range(0, size_, for_write);  // changes spans_: look again
+    const Span& t = spans_.begin()->second;
+    const Holder* h = holder(t, at);
+    if (h == nullptr && reads_old_content(access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
+    // plan_waits(), with the common holder ready with the last writer
+    // looked at once.
+    if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
+    if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
+    if (for_write)
+      for (Event r : t.readers) add_unique(out.wait, r);
     return;
   }
   for (const Use& u : uses) settle_range(u.offset, u.offset + u.size, writes(u.access));
@@ -454,7 +479,7 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
 
 // The command's bytes [offset, offset + size) are the new version, held only
 // where it runs; what they were goes into an undo record until it
-// completes, with the lists of a dropped record reused for the new content.
+// completes.
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
   if (undo_.size() - first_undo_ == kMaxUndo) {
@@ -473,21 +498,11 @@ void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size
     first_undo_ = 0;
     while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
   }
-  ops_.hold(command);
-  undo_.push_back(Undo{command, at, offset, size, std::move(s)});
-  s = Span{};
-  if (!spare_holders_.empty()) {
-    s.holders = std::move(spare_holders_.back());
-    spare_holders_.pop_back();
-  }
-  if (!spare_readers_.empty()) {
-    s.readers = std::move(spare_readers_.back());
-    spare_readers_.pop_back();
-  }
+  ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
+  undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
   s.version = version;
-  ops_.hold(command);
+  s.anywhere = false;
   s.holders.push_back(Holder{at, command});
-  ops_.hold(command);
   s.last_writer = command;
 }
 

@@ -106,22 +106,31 @@ class Buffer {
     return storage_[at];
   }
   void grow_storage(Location at);
-  void add_user(Storage& s, Event e);
+  // Finished users are pruned when the list reaches prune_at, which then
+  // doubles past what is left: a list of unfinished users (a batch of
+  // queued commands) costs O(1) amortised per add, not a scan each time.
+  void add_user(Storage& s, Event e) {
+    if (!s.users.empty() && s.users.back() == e) return;
+    if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
+    hold(e);
+    s.users.push_back(e);
+  }
   void prune_users(Storage& s);
   void drop_storage_events(Storage& s);
-  // One reference more or less to `e`: to the batch of the enqueue that
-  // holds this buffer's lock, if any; else to the host at once.
-  void hold(Event e);
-  void drop(Event e);
+  // `n` references more or fewer to `e`: to the batch of the enqueue that
+  // holds this buffer's lock, if any (ops_.batch); else to the host at once.
+  void hold(Event e, int n = 1) const { ops_.hold(e, n); }
+  void drop(Event e, int n = 1) const { ops_.drop(e, n); }
   [[nodiscard]] bool host_finished(Event e) const;
-  static migration::EventOps ops_of(Buffer* b);
+  static migration::EventOps ops_of(Host& host);
 
   Engine& engine_;
   void* cookie_;
   std::uint64_t size_;
-  migration::EventOps ops_;   // the planner's view of events: hold() and drop()
   mutable detail::BufferLock mutex_;  // guards everything below
-  RefBatch* batch_ = nullptr;  // set by the enqueue that holds mutex_
+  // The planner's view of events; ops_.batch is set by the enqueue that
+  // holds mutex_.
+  migration::EventOps ops_;
   migration::RangeVersions versions_;
   std::vector<Storage> storage_;  // by location, grown on demand
   std::list<Buffer*>::iterator registered_;

@@ -10,6 +10,8 @@
 // failures).
 #pragma once
 
+#include "memlayer/migration/ref_batch.hpp"
+
 namespace memlayer::migration {
 
 using Event = void*;  ///< nullptr means "no event"
@@ -42,17 +44,35 @@ struct EventOps {
   /// early (nothing is pruned and no failure is undone). (int, not
   /// EventStatus: the struct matches the C API's ml_event_ops.)
   int (*status)(void* context, Event e) = nullptr;
+  /// While not null, hold() and drop() count in it (inline, no call) and
+  /// the runtime hands the sums to retain/release later (ref_batch.hpp).
+  /// Set and cleared by the runtime while it holds the records' lock. (Not
+  /// in ml_event_ops: C runtimes never batch.)
+  RefBatch* batch = nullptr;
 
-  void hold(Event e) const {
-    if (e != nullptr && retain != nullptr) retain(context, e);
+  /// `n` references more / fewer to `e` (nothing for nullptr). O(1).
+  void hold(Event e, int n = 1) const {
+    if (e == nullptr) return;
+    if (batch != nullptr) return batch->count(e, n);
+    if (retain != nullptr)
+      for (int i = 0; i < n; ++i) retain(context, e);
   }
-  void drop(Event e) const {
-    if (e != nullptr && release != nullptr) release(context, e);
+  void drop(Event e, int n = 1) const {
+    if (e == nullptr) return;
+    if (batch != nullptr) return batch->count(e, -n);
+    if (release != nullptr)
+      for (int i = 0; i < n; ++i) release(context, e);
   }
   /// nullptr counts as a command that completed long ago.
+  /// While `batch` is set, the last statuses looked up are remembered there
+  /// (RefBatch::recall).
   [[nodiscard]] EventStatus state(Event e) const {
     if (e == nullptr) return EventStatus::completed;
-    const int s = status == nullptr ? 0 : status(context, e);
+    int s = 0;
+    if (batch == nullptr || !batch->recall(e, s)) {
+      s = status == nullptr ? 0 : status(context, e);
+      if (batch != nullptr) batch->remember(e, s);
+    }
     if (s == 0) return EventStatus::running;
     if (s > 0) return EventStatus::completed;
     return s == -1 ? EventStatus::cancelled : EventStatus::failed;

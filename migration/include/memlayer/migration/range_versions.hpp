@@ -61,6 +61,7 @@
 
 #include "memlayer/migration/access.hpp"
 #include "memlayer/migration/cost_model.hpp"
+#include "memlayer/migration/detail/inline_list.hpp"
 #include "memlayer/migration/event.hpp"
 #include "memlayer/migration/location.hpp"
 #include "memlayer/migration/plan.hpp"
@@ -169,9 +170,11 @@ class RangeVersions {
   struct Span {
     std::uint64_t version = 0;
     bool anywhere = false;        // undefined content: valid at every location, `holders` empty
-    std::vector<Holder> holders;  // sorted by location; never empty unless `anywhere`
+    // Inline: a span, and the undo record it moves into, allocate nothing
+    // while they name at most two holders and two readers.
+    detail::InlineList<Holder, 2> holders;  // sorted by location; never empty unless `anywhere`
     Event last_writer = nullptr;
-    std::vector<Event> readers;  // since last_writer
+    detail::InlineList<Event, 2> readers;  // since last_writer
     friend bool operator==(const Span&, const Span&) = default;
   };
   using SpanMap = std::map<std::uint64_t, Span>;  // key: offset; a span ends where the next begins
@@ -196,6 +199,7 @@ class RangeVersions {
   void drop_span(const Span& s) const;
   void trim_completed();
   void settle_range(std::uint64_t begin, std::uint64_t end, bool for_write);
+  [[nodiscard]] bool settled(const Span& s, bool for_write) const;
   void settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed);
   bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);
@@ -219,9 +223,6 @@ class RangeVersions {
   std::uint64_t bytes_lost_ = 0;
   std::vector<Undo> undo_;  // in commit order; [0, first_undo_) are spent
   std::size_t first_undo_ = 0;
-  // Dropped records' lists (cleared), reused by the next writes.
-  std::vector<std::vector<Holder>> spare_holders_;
-  std::vector<std::vector<Event>> spare_readers_;
 };
 
 }  // namespace memlayer::migration

@@ -1,0 +1,124 @@
+// memlayer/migration/detail/inline_list.hpp — a list that keeps its first N
+// elements inside itself.
+//
+// A span's holders and readers (range_versions.hpp) are almost always one or
+// two events: kept inline, writing a span, moving it into an undo record and
+// dropping the record allocate nothing and touch no other cache line. Longer
+// lists move to one heap array, doubled as they grow.
+//
+// Elements must be trivially copyable (they are copied as bytes). Iterators
+// are pointers, invalidated by any change of size, and by a move. Not
+// thread-safe: one owner at a time, like std::vector.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+namespace memlayer::migration::detail {
+
+template <class T, std::uint32_t N>
+class InlineList {
+  static_assert(std::is_trivially_copyable_v<T>, "InlineList copies its elements as bytes");
+  static_assert(N > 0);
+
+ public:
+  InlineList() noexcept = default;
+  InlineList(const InlineList& o) { append(o.begin(), o.size_); }
+  InlineList(InlineList&& o) noexcept { take(o); }
+  InlineList& operator=(const InlineList& o) {
+    if (this != &o) {
+      size_ = 0;
+      append(o.begin(), o.size_);
+    }
+    return *this;
+  }
+  InlineList& operator=(InlineList&& o) noexcept {
+    if (this != &o) {
+      heap_.reset();
+      take(o);
+    }
+    return *this;
+  }
+  ~InlineList() = default;
+
+  [[nodiscard]] T* begin() noexcept { return heap_ ? heap_.get() : inline_; }
+  [[nodiscard]] T* end() noexcept { return begin() + size_; }
+  [[nodiscard]] const T* begin() const noexcept { return heap_ ? heap_.get() : inline_; }
+  [[nodiscard]] const T* end() const noexcept { return begin() + size_; }
+  [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] T& operator[](std::uint32_t i) noexcept { return begin()[i]; }
+  [[nodiscard]] const T& operator[](std::uint32_t i) const noexcept { return begin()[i]; }
+  [[nodiscard]] T& back() noexcept { return begin()[size_ - 1]; }
+
+  /// O(1) amortised. Throws std::bad_alloc past N elements when out of memory.
+  void push_back(const T& v) {
+    if (size_ == capacity_) grow();
+    begin()[size_++] = v;
+  }
+  /// Inserts before `pos`. O(size).
+  void insert(const T* pos, const T& v) {
+    const auto i = static_cast<std::uint32_t>(pos - begin());
+    if (size_ == capacity_) grow();
+    T* d = begin();
+    std::memmove(d + i + 1, d + i, (size_ - i) * sizeof(T));
+    d[i] = v;
+    ++size_;
+  }
+  /// Removes the element at `pos`, keeping the order. O(size).
+  void erase(const T* pos) noexcept {
+    T* d = begin();
+    const auto i = static_cast<std::uint32_t>(pos - d);
+    std::memmove(d + i, d + i + 1, (size_ - i - 1) * sizeof(T));
+    --size_;
+  }
+  /// Removes every element `pred` is true of, keeping the order. O(size).
+  template <class Pred>
+  void erase_if(Pred&& pred) {
+    T* d = begin();
+    std::uint32_t kept = 0;
+    for (std::uint32_t i = 0; i < size_; ++i)
+      if (!pred(d[i])) d[kept++] = d[i];
+    size_ = kept;
+  }
+  /// Keeps the storage (a heap array stays for the next elements).
+  void clear() noexcept { size_ = 0; }
+
+  friend bool operator==(const InlineList& a, const InlineList& b) {
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  void append(const T* src, std::uint32_t n) {
+    while (capacity_ < n) grow();
+    std::memcpy(begin(), src, n * sizeof(T));
+    size_ = n;
+  }
+  void grow() {
+    const std::uint32_t cap = capacity_ * 2;
+    auto bigger = std::make_unique_for_overwrite<T[]>(cap);
+    std::memcpy(bigger.get(), begin(), size_ * sizeof(T));
+    heap_ = std::move(bigger);
+    capacity_ = cap;
+  }
+  // Leaves `o` empty and inline. The inline array is copied whole (a fixed
+  // size: a few moves, no memcpy call), used or not.
+  void take(InlineList& o) noexcept {
+    size_ = o.size_;
+    capacity_ = o.capacity_;
+    heap_ = std::move(o.heap_);
+    std::memcpy(inline_, o.inline_, sizeof inline_);
+    o.size_ = 0;
+    o.capacity_ = N;
+  }
+
+  std::unique_ptr<T[]> heap_;  // null while the elements fit inline_
+  std::uint32_t size_ = 0;
+  std::uint32_t capacity_ = N;
+  T inline_[N]{};
+};
+
+}  // namespace memlayer::migration::detail
