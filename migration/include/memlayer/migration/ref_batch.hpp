@@ -135,7 +135,12 @@ class RefBatch {
       }
       if (x.event == nullptr) break;
     }
-    if (used_.size() >= kMaxEntries) return apply_(context_, e, delta);  // reserved: never allocates
+    if (used_.size() >= kMaxEntries) {  // reserved: never allocates
+      // A release applied now may free `e`, and a copy made later in this
+      // enqueue may get its address: its remembered status goes with it.
+      if (delta < 0 && memo_[memo_slot(e)].event == e) memo_[memo_slot(e)].event = nullptr;
+      return apply_(context_, e, delta);
+    }
     used_.push_back(static_cast<std::uint16_t>(h));
     slots_[h] = Slot{e, delta};
     touch(slots_[h]);
