@@ -35,6 +35,21 @@ TEST(PoclParameters, FaultInjection) {
   EXPECT_FALSE(parse_parameters("fault_seed=x").ok());
 }
 
+TEST(PoclParameters, MigrationRanges) {
+  auto d = parse_parameters(nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d.value().migration_ranges);
+  auto off = parse_parameters("migration_ranges=0");
+  ASSERT_TRUE(off.ok()) << off.error();
+  EXPECT_FALSE(off.value().migration_ranges);
+  for (const char* bad : {"migration_ranges=2", "migration_ranges=yes", "migration_ranges="}) {
+    auto b = parse_parameters(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.error().find("bad value"), std::string::npos) << b.error();
+    EXPECT_NE(b.error().find("(0 or 1)"), std::string::npos) << b.error();
+  }
+}
+
 TEST(PoclParameters, ParsesEveryKeyAndSuffix) {
   auto p = parse_parameters("global_mem=256M,local_mem=48K,compute_units=3,numa_node=1,alignment=256");
   ASSERT_TRUE(p.ok()) << p.error();

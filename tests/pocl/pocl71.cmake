@@ -37,6 +37,13 @@ memlayer_pocl71_test(pocl71_driver_own_engine "memlayer memlayer" $<TARGET_FILE:
   --gtest_filter=PoclDriver.AKernelsWriteToASubBufferIsReadThroughItsParent)
 set_property(TEST pocl71_driver_own_engine APPEND PROPERTY ENVIRONMENT ${driver_env}
   "POCL_MEMLAYER_MIGRATION=0" "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
+# A device without ranged migrations (migration_ranges=0: as a CUDA or
+# remote device, whose migrations move whole buffers) keeps its contexts on
+# PoCL 7.1's own engine, whose sub-buffer loss then shows.
+memlayer_pocl71_test(pocl71_driver_device_without_ranges "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>
+  --gtest_filter=PoclDriver.AKernelsWriteToASubBufferIsReadThroughItsParent)
+set_property(TEST pocl71_driver_device_without_ranges APPEND PROPERTY ENVIRONMENT
+  "POCL_MEMLAYER1_PARAMETERS=migration_ranges=0" "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
 memlayer_pocl71_test(pocl71_failure_own_engine_cancelled_write "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
   --gtest_filter=PoclFailure.ACancelledWriteLeavesThePreviousContent)
 set_property(TEST pocl71_failure_own_engine_cancelled_write APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER_MIGRATION=0")

@@ -171,7 +171,7 @@ cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameter
   device->max_mem_alloc_size = std::max(quarter, floor);
   device->local_mem_size = params.local_mem;
   device->local_mem_type = CL_LOCAL;  // a space per compute unit, not global memory
-  memlayer::pocl::compat::declare_range_migrations(device);
+  if (params.migration_ranges) memlayer::pocl::compat::declare_range_migrations(device);
   device->mem_base_addr_align = static_cast<cl_uint>(params.alignment);
   device->device_alloca_locals = 0;
   if (device->vendor_id == 0) device->vendor_id = CL_KHRONOS_VENDOR_ID_POCL;

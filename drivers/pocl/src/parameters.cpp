@@ -81,9 +81,13 @@ drivers::DevResult<DriverParameters> parse_parameters(const char* text) {
     } else if (key == "fault_seed") {
       if (!parse_size(value, n)) return bad + " (a number)";
       p.fault_seed = n;
+    } else if (key == "migration_ranges") {
+      if (value != "0" && value != "1") return bad + " (0 or 1)";
+      p.migration_ranges = value == "1";
     } else {
       return "memlayer parameters: unknown key '" + key +
-             "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, peer_read_faults, fault_seed)";
+             "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, peer_read_faults, fault_seed, "
+             "migration_ranges)";
     }
   }
   if (p.local_mem > p.global_mem) return std::string("memlayer parameters: local_mem is larger than global_mem");

@@ -21,6 +21,13 @@
 //                  probability, default 0: a link out of the device that
 //                  fails while its host link works
 //   fault_seed     the seed of those draws, default 1
+//   migration_ranges  1 (default): the device declares that its migrations
+//                  move only their byte range (PoCL 7.1's
+//                  honours_migration_ranges), so memlayer's engine may run
+//                  its contexts; 0: it does not, as a driver without the
+//                  capability (CUDA, remote), and every context with it keeps
+//                  PoCL 7.1's own engine. For testing that fallback; no
+//                  effect on PoCL 3.1, whose patch gives every driver ranges
 //
 // Pure C++, no PoCL: the parser is unit-tested in memlayer's own tests.
 #pragma once
@@ -42,6 +49,7 @@ struct DriverParameters {
   double transfer_faults = 0;   ///< probability in [0, 1]
   double peer_read_faults = 0;  ///< probability in [0, 1]
   std::uint64_t fault_seed = 1;
+  bool migration_ranges = true;
 };
 
 /// Parses `text` (null or empty: all defaults). An unknown key, a malformed
