@@ -64,6 +64,11 @@ memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address"
   --output-on-failure --timeout 300)
+# The same on three memlayer devices (its migration tests use them all).
+memlayer_pocl71_test(pocl71_suite_runtime_3dev "memlayer memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
+  -E "clCreateSubDevices|test_device_address"
+  --output-on-failure --timeout 300)
 # And its tests/regression, whole (104 tests; the 18 that skip skip on 7.1's
 # cpu devices too).
 memlayer_pocl71_test(pocl71_suite_regression "memlayer memlayer"
