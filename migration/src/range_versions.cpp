@@ -499,7 +499,7 @@ void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size
     while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
   }
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
-  undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
+  undo_.push_back(Undo{command, at, offset, size, std::move(s)});  // leaves s's lists empty (brace init: clang 14 has no parenthesized aggregate init)
   s.version = version;
   s.anywhere = false;
   s.holders.push_back(Holder{at, command});
