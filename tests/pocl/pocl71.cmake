@@ -65,9 +65,12 @@ memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
   -E "clCreateSubDevices|test_device_address"
   --output-on-failure --timeout 300)
 # The same on three memlayer devices (its migration tests use them all).
+# Also left out: clCreateProgramWithBinary, which fails on three of 7.1's own
+# cpu devices as well (CL_INVALID_VALUE from clGetProgramInfo at its line
+# 170).
 memlayer_pocl71_test(pocl71_suite_runtime_3dev "memlayer memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
-  -E "clCreateSubDevices|test_device_address"
+  -E "clCreateSubDevices|test_device_address|clCreateProgramWithBinary"
   --output-on-failure --timeout 300)
 # And its tests/regression, whole (104 tests; the 18 that skip skip on 7.1's
 # cpu devices too).
