@@ -99,7 +99,13 @@ else
   fi
   llvm_config=${POCL71_LLVM_CONFIG:-/usr/bin/llvm-config-19}
   [ -x "$llvm_config" ] || { echo "build-pocl: $llvm_config not found: PoCL 7.1 needs LLVM 19 (./memlayer deps-pocl71, or apt-get install llvm-19-dev clang-19 libclang-19-dev libclang-cpp19-dev libzstd-dev libedit-dev)" >&2; exit 1; }
-  patches=("$here"/patches/pocl-7.1-*.patch)
+  # The fixes first, then the driver's registration, then the engine's hook
+  # (made against a tree with the fixes applied).
+  patches=()
+  for p in "$here"/patches/pocl-7.1-*.patch; do
+    case $p in *-memlayer-*) ;; *) patches+=("$p") ;; esac
+  done
+  patches+=("$here"/patches/pocl-7.1-memlayer-driver.patch "$here"/patches/pocl-7.1-memlayer-engine.patch)
   pocl_flags=(
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
     -DWITH_LLVM_CONFIG="$llvm_config"

@@ -405,6 +405,24 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   auto all = read<std::uint8_t>(0, m.get(), kSize);
   EXPECT_EQ(migration_stats(true).bytes(), kSize - kSub);
   EXPECT_EQ(std::count(all.begin(), all.end(), 7), static_cast<long>(kSize - kSub));
+
+  // A map the host writes, of 4 KiB device 1 lacks (the sub-buffer's first
+  // bytes, newest on device 0): the map brings those 4 KiB, and its unmap
+  // writes them back on device 1 and brings nothing else of the
+  // sub-buffer.
+  constexpr std::size_t kMap = 4096;
+  auto* w = static_cast<std::uint8_t*>(clEnqueueMapBuffer(q1, m.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, kSize / 2,
+                                                          kMap, 0, nullptr, nullptr, &err));
+  CL_CHECK(err);
+  EXPECT_EQ(migration_stats(true).bytes(), kMap) << "the map";
+  EXPECT_EQ(std::count(w, w + kMap, 7 | 0x40), static_cast<long>(kMap));
+  std::fill(w, w + kMap, 1);
+  CL_CHECK(clEnqueueUnmapMemObject(q1, m.get(), w, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(q1));
+  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "the unmap";
+  std::vector<std::uint8_t> mapped(kMap);
+  CL_CHECK(clEnqueueReadBuffer(q1, m.get(), CL_TRUE, kSize / 2, kMap, mapped.data(), 0, nullptr, nullptr));
+  EXPECT_EQ(std::count(mapped.begin(), mapped.end(), 1), static_cast<long>(kMap));
 }
 
 }  // namespace
