@@ -670,6 +670,17 @@ Location destination(cl_command_queue queue, cl_mem_migration_flags mig_flags) {
   return (mig_flags & CL_MIGRATE_MEM_OBJECT_HOST) != 0 ? kHost : location_of(pocl_real_dev(queue->device));
 }
 
+// What each command with buffers starts with: the failures held for
+// earlier commands let go of where they may be, this thread's scratch
+// emptied, and the engine of `queue`'s context (nullptr: it cannot have one,
+// `error` says why).
+ContextState* begin_command(cl_command_queue queue, Scratch& sc, const char** error) {
+  held_failures().release_settled();
+  sc.uses.clear();
+  sc.mems.clear();
+  return context_state(queue->context, error);
+}
+
 // Makes the command for sc.uses (sc.mems: the buffers 3.1 lists in its
 // event) and enqueues it through the engine: storage placed, copies made,
 // and the command made to wait for them, its wait list and what the engine
@@ -734,16 +745,13 @@ int pocl_ml_runs_context(cl_context context) {
 cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
                               cl_event* event_p, cl_uint num_events, const cl_event* wait_list,
                               pocl_buffer_migration_info* buffer_usage, cl_mem_migration_flags mig_flags) {
-  held_failures().release_settled();
+  Scratch& sc = scratch();
   const char* error = nullptr;
-  ContextState* cs = context_state(command_queue->context, &error);
+  ContextState* cs = begin_command(command_queue, sc, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
   const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
 
   // A sub-buffer is its range of its parent, which the engine tracks.
-  Scratch& sc = scratch();
-  sc.uses.clear();
-  sc.mems.clear();
   pocl_buffer_migration_info* entry = nullptr;
   LL_FOREACH(buffer_usage, entry) {
     cl_mem mem = entry->buffer;
@@ -773,18 +781,16 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
                               cl_event* event_p, cl_uint num_events, const cl_event* wait_list, size_t num_buffers,
                               cl_mem* buffers, const char* readonly_flags, const ml_use* uses,
                               cl_mem_migration_flags mig_flags) {
-  held_failures().release_settled();
-  if (num_buffers == 0)
+  if (num_buffers == 0) {
+    held_failures().release_settled();
     return pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list, 0, nullptr);
-
+  }
+  Scratch& sc = scratch();
   const char* error = nullptr;
-  ContextState* cs = context_state(command_queue->context, &error);
+  ContextState* cs = begin_command(command_queue, sc, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
   const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
 
-  Scratch& sc = scratch();
-  sc.uses.clear();
-  sc.mems.clear();
   for (size_t i = 0; i < num_buffers; ++i) {
     cl_mem mem = buffers[i];
     memlayer::engine::BufferUse u;
