@@ -100,12 +100,14 @@ else
   llvm_config=${POCL71_LLVM_CONFIG:-/usr/bin/llvm-config-19}
   [ -x "$llvm_config" ] || { echo "build-pocl: $llvm_config not found: PoCL 7.1 needs LLVM 19 (./memlayer deps-pocl71, or apt-get install llvm-19-dev clang-19 libclang-19-dev libclang-cpp19-dev libzstd-dev libedit-dev)" >&2; exit 1; }
   # The fixes first, then the driver's registration, then the engine's hook
-  # (made against a tree with the fixes applied).
+  # (made against a tree with the fixes applied), then the remote driver's
+  # opt-in to the engine's byte ranges.
   patches=()
   for p in "$here"/patches/pocl-7.1-*.patch; do
     case $p in *-memlayer-*) ;; *) patches+=("$p") ;; esac
   done
-  patches+=("$here"/patches/pocl-7.1-memlayer-driver.patch "$here"/patches/pocl-7.1-memlayer-engine.patch)
+  patches+=("$here"/patches/pocl-7.1-memlayer-driver.patch "$here"/patches/pocl-7.1-memlayer-engine.patch
+            "$here"/patches/pocl-7.1-memlayer-remote.patch)
   pocl_flags=(
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
     -DWITH_LLVM_CONFIG="$llvm_config"
@@ -114,6 +116,9 @@ else
     -DENABLE_MEMLAYER_DEVICE=ON
     -DENABLE_MEMLAYER_ENGINE=ON
     -DENABLE_EXAMPLES=OFF
+    # PoCL-R: the remote client driver in libpocl and the pocld server, which
+    # serves the devices its POCL_DEVICES names (memlayer's; doc/scale-out.md)
+    -DENABLE_REMOTE_CLIENT=ON -DENABLE_REMOTE_SERVER=ON
   )
   key=$( (cat "$tarball" "${patches[@]}"; echo "${pocl_flags[*]}") | sha256sum | cut -c1-16)
   dir=$cache/pocl-7.1-$key

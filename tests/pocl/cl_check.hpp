@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -139,6 +140,12 @@ struct MigrationStats {
   std::uint64_t evictions, eviction_bytes_written_back;
   std::uint64_t migrations_resourced, last_copy_retries;
   [[nodiscard]] std::uint64_t bytes() const { return d2h_bytes + h2d_bytes + d2d_bytes; }
+  /// The bytes a step moved, each counted once whatever its path: what left
+  /// devices (device to device, or to the host) or what arrived on them
+  /// (from a device, or from the host), whichever is more. A device-to-device
+  /// move through the host (PoCL's remote driver: servers with no direct
+  /// range path) reads N bytes and writes the same N: N, as a direct one.
+  [[nodiscard]] std::uint64_t moved() const { return std::max(d2d_bytes + d2h_bytes, d2d_bytes + h2d_bytes); }
 };
 
 /// Reads (and with reset, zeroes) the counters; nullopt when libpocl has

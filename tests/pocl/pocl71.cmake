@@ -13,7 +13,7 @@ function(memlayer_pocl71_test name devices)
     ENVIRONMENT "${MEMLAYER_POCL71_ENV};POCL_DEVICES=${devices}")
 endfunction()
 
-foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test)
+foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test)
   add_dependencies(${program} pocl71)
 endforeach()
 
@@ -107,3 +107,47 @@ endif()
 memlayer_pocl71_error_test(pocl71_error_no_llvm19
   "/nonexistent/llvm-config-19 not found: PoCL 7.1 needs LLVM 19 (./memlayer deps-pocl71"
   POCL71_TARBALL=${MEMLAYER_POCL71_TARBALL} POCL71_LLVM_CONFIG=/nonexistent/llvm-config-19)
+
+# PoCL-R: memlayer devices behind PoCL 7.1's remote servers (pocld), each a
+# separate memory, started on 127.0.0.1 by drivers/pocl/pocl-cluster.sh for
+# one test and stopped after it (doc/scale-out.md). The client runs with its
+# stdin at /dev/null.
+set(pocl_cluster ${PROJECT_SOURCE_DIR}/drivers/pocl/pocl-cluster.sh)
+# memlayer_pocl71_remote_test(name servers devices command...): `command`
+# as the client of `servers` servers, each serving `devices`.
+function(memlayer_pocl71_remote_test name servers devices)
+  add_test(NAME ${name} COMMAND ${pocl_cluster} run --build ${MEMLAYER_POCL71_BUILD_DIR}
+                                --servers ${servers} --devices ${devices} -- ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 600)
+endfunction()
+# The servers listen only on 127.0.0.1, a client with stdin at /dev/null
+# lists their devices, and stop ends exactly the servers it started.
+add_test(NAME pocl71_remote_cluster COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/remote_cluster_test.sh ${MEMLAYER_POCL71_BUILD_DIR})
+set_tests_properties(pocl71_remote_cluster PROPERTIES LABELS pocl71 TIMEOUT 300)
+# The migration tests across two servers, one memlayer device each:
+# disjoint sub-buffers of one parent written on both, a read|write map, host
+# threads on quarters of shared buffers, and the bytes a sub-buffer step
+# moves (its own, through the client: patches/pocl-7.1-memlayer-remote.patch).
+memlayer_pocl71_remote_test(pocl71_remote_migration 2 memlayer $<TARGET_FILE:pocl_migration_test>)
+# A server killed under queued work: its commands end failed within a
+# watchdog, and the other server's buffer reads back whole.
+memlayer_pocl71_remote_test(pocl71_remote_server_lost 2 memlayer $<TARGET_FILE:pocl_remote_test>)
+# The OpenCL stress program on four remote devices (two servers, two
+# memlayer devices each), every read checked: kernels, rect reads and writes
+# with padded host rows, copies, fills, maps, migrations; sub-buffers, then
+# overlapping sub-buffers with three queues a device.
+memlayer_pocl71_remote_test(pocl71_remote_stress 2 "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress> --ops 1500 --seed 11)
+memlayer_pocl71_remote_test(pocl71_remote_stress_overlapping 2 "memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+  --ops 1000 --seed 12 --sub-buffers 2 --queues-per-device 3)
+# PoCL 7.1's tests/runtime as the client of two servers (memlayer's engine in
+# the client). Left out besides the local run's two: six that fail the same
+# way with 7.1's own engine on remote devices, for what PoCL-R does not
+# forward: build options naming the client's files (clBuildProgram,
+# test_kernel_cache_includes: -I of a client folder; test_compile_n_link:
+# embedded headers, CL_INVALID_OPERATION), kernels' printf output (it is
+# printed by the server: clFinish, clCreateKernelsInProgram), and
+# multi-device command buffers (test_command_buffer_multi_device: -1138).
+memlayer_pocl71_remote_test(pocl71_remote_suite_runtime 2 memlayer
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
+  -E "clCreateSubDevices|test_device_address|clBuildProgram$|test_kernel_cache_includes|clFinish|clCreateKernelsInProgram|test_command_buffer_multi_device|test_compile_n_link"
+  --output-on-failure --timeout 300)

@@ -372,11 +372,11 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   migration_stats(true);
   std::vector<std::uint8_t> data(kSize, 9);
   CL_CHECK(clEnqueueWriteBuffer(q1, m.get(), CL_TRUE, 0, kSize, data.data(), 0, nullptr, nullptr));
-  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a whole-buffer write";
+  EXPECT_EQ(migration_stats(true).moved(), 0u) << "a whole-buffer write";
   const std::uint8_t pattern = 5;
   CL_CHECK(clEnqueueFillBuffer(queue_[0].get(), m.get(), &pattern, 1, 0, kSize, 0, nullptr, nullptr));
   CL_CHECK(clFinish(queue_[0].get()));
-  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a whole-buffer fill";
+  EXPECT_EQ(migration_stats(true).moved(), 0u) << "a whole-buffer fill";
   cl_int err = CL_SUCCESS;
   auto* p = static_cast<std::uint8_t*>(clEnqueueMapBuffer(q1, m.get(), CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
                                                           kSize, 0, nullptr, nullptr, &err));
@@ -384,7 +384,7 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   std::fill(p, p + kSize, 7);
   CL_CHECK(clEnqueueUnmapMemObject(q1, m.get(), p, 0, nullptr, nullptr));
   CL_CHECK(clFinish(q1));
-  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "a write-invalidate map";
+  EXPECT_EQ(migration_stats(true).moved(), 0u) << "a write-invalidate map";
 
   // Device 1 holds everything; a kernel on a 64 KiB sub-buffer on device 0
   // brings over those 64 KiB, and reading them back costs nothing more.
@@ -396,14 +396,14 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
   CL_CHECK(clFinish(queue_[0].get()));
   const auto moved = migration_stats(true);
-  EXPECT_EQ(moved.bytes(), kSub) << "d2h " << moved.d2h_bytes << " h2d " << moved.h2d_bytes << " d2d "
+  EXPECT_EQ(moved.moved(), kSub) << "d2h " << moved.d2h_bytes << " h2d " << moved.h2d_bytes << " d2d "
                                  << moved.d2d_bytes;
   auto v = read<std::uint8_t>(0, s, kSub);
   EXPECT_EQ(std::count(v.begin(), v.end(), 7 | 0x40), static_cast<long>(kSub));
-  EXPECT_EQ(migration_stats(true).bytes(), 0u);
+  EXPECT_EQ(migration_stats(true).moved(), 0u);
   // The whole parent on device 0: the other bytes come from device 1.
   auto all = read<std::uint8_t>(0, m.get(), kSize);
-  EXPECT_EQ(migration_stats(true).bytes(), kSize - kSub);
+  EXPECT_EQ(migration_stats(true).moved(), kSize - kSub);
   EXPECT_EQ(std::count(all.begin(), all.end(), 7), static_cast<long>(kSize - kSub));
 
   // A map the host writes, of 4 KiB device 1 lacks (the sub-buffer's first
@@ -414,12 +414,12 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   auto* w = static_cast<std::uint8_t*>(clEnqueueMapBuffer(q1, m.get(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, kSize / 2,
                                                           kMap, 0, nullptr, nullptr, &err));
   CL_CHECK(err);
-  EXPECT_EQ(migration_stats(true).bytes(), kMap) << "the map";
+  EXPECT_EQ(migration_stats(true).moved(), kMap) << "the map";
   EXPECT_EQ(std::count(w, w + kMap, 7 | 0x40), static_cast<long>(kMap));
   std::fill(w, w + kMap, 1);
   CL_CHECK(clEnqueueUnmapMemObject(q1, m.get(), w, 0, nullptr, nullptr));
   CL_CHECK(clFinish(q1));
-  EXPECT_EQ(migration_stats(true).bytes(), 0u) << "the unmap";
+  EXPECT_EQ(migration_stats(true).moved(), 0u) << "the unmap";
   std::vector<std::uint8_t> mapped(kMap);
   CL_CHECK(clEnqueueReadBuffer(q1, m.get(), CL_TRUE, kSize / 2, kMap, mapped.data(), 0, nullptr, nullptr));
   EXPECT_EQ(std::count(mapped.begin(), mapped.end(), 1), static_cast<long>(kMap));

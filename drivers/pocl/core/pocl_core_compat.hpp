@@ -165,9 +165,13 @@ inline bool migrates_d2d_ranges(cl_device_id dev) {
 /// origin (per device, and the host copy's), and the commands that use a
 /// sub-buffer read it there. Call with `parent` locked whenever its storage
 /// on `dev` (nullptr: its host copy) was placed or freed, so that its
-/// sub-buffers follow. 3.1's core never sees a sub-buffer (our patch makes
-/// each its parent plus an offset): nothing to do. O(sub-buffers).
-inline void follow_parent(cl_mem parent, cl_device_id dev) {
+/// sub-buffers follow. A driver with sub-buffer objects of its own
+/// (alloc_subbuffer: PoCL's remote driver, whose server makes a sub-buffer
+/// of the parent's storage there) gets them made on placed storage and freed
+/// with it (free_subbuffer). 3.1's core never sees a sub-buffer (our patch
+/// makes each its parent plus an offset): nothing to do.
+/// Returns CL_SUCCESS or the driver's alloc_subbuffer error. O(sub-buffers).
+inline cl_int follow_parent(cl_mem parent, cl_device_id dev) {
 #if MEMLAYER_POCL_MAJOR >= 7
   cl_mem_list_item_t* item = nullptr;
   LL_FOREACH(parent->sub_buffers, item) {
@@ -177,12 +181,28 @@ inline void follow_parent(cl_mem parent, cl_device_id dev) {
       continue;
     }
     void* base = parent->device_ptrs[dev->global_mem_id].mem_ptr;
-    sub->device_ptrs[dev->global_mem_id].mem_ptr = base == nullptr ? nullptr : static_cast<char*>(base) + sub->origin;
+    pocl_mem_identifier& id = sub->device_ptrs[dev->global_mem_id];
+    if (dev->ops->alloc_subbuffer == nullptr) {
+      id.mem_ptr = base == nullptr ? nullptr : static_cast<char*>(base) + sub->origin;
+      continue;
+    }
+    if (base == nullptr) {
+      if (id.mem_ptr != nullptr && dev->ops->free_subbuffer != nullptr) dev->ops->free_subbuffer(dev, sub);
+      id.mem_ptr = nullptr;
+    } else if (id.mem_ptr == nullptr) {
+      id.mem_ptr = static_cast<char*>(base) + sub->origin;  // as clCreateSubBuffer sets it for the driver
+      const cl_int err = dev->ops->alloc_subbuffer(dev, sub);
+      if (err != CL_SUCCESS) {
+        id.mem_ptr = nullptr;
+        return err;
+      }
+    }
   }
 #else
   (void)parent;
   (void)dev;
 #endif
+  return CL_SUCCESS;
 }
 
 /// Whether the host holds a mapping of `parent` or (7.1) of one of its

@@ -224,7 +224,7 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
     if (err == CL_SUCCESS && cpu != nullptr) {
       POCL_LOCK_OBJ(b.mem);
       if (b.mem->device_ptrs[cpu->global_mem_id].mem_ptr == nullptr) err = cpu->ops->alloc_mem_obj(cpu, b.mem, nullptr);
-      if (err == CL_SUCCESS) compat::follow_parent(b.mem, cpu);
+      if (err == CL_SUCCESS) err = compat::follow_parent(b.mem, cpu);
       POCL_UNLOCK_OBJ(b.mem);
     }
     if (err == CL_SUCCESS) {
@@ -254,7 +254,9 @@ Allocation PoclHost::allocate(Location at, void* cookie, std::uint64_t size) {
   pocl_mem_identifier& id = b.mem->device_ptrs[dev->global_mem_id];
   // Placed already by PoCL itself (a map's early allocation): adopted.
   cl_int err = id.mem_ptr != nullptr ? CL_SUCCESS : dev->ops->alloc_mem_obj(dev, b.mem, nullptr);
-  if (err == CL_SUCCESS) compat::follow_parent(b.mem, dev);
+  // Sub-buffers the driver could not make: the parent's storage stays
+  // placed, adopted by the next allocation.
+  if (err == CL_SUCCESS) err = compat::follow_parent(b.mem, dev);
   const void* ptr = id.mem_ptr;
   POCL_UNLOCK_OBJ(b.mem);
   if (err == CL_SUCCESS) {

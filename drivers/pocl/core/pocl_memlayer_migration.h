@@ -127,8 +127,11 @@ POCL_EXPORT int pocl_ml_migration_retry (_cl_command_node *node);
  * migration command, before its event completes. O(1). */
 POCL_EXPORT void pocl_ml_migration_ended (_cl_command_node *node);
 
-/* Counts one executed migration command of `bytes` (both engines). */
-void pocl_ml_count_migration (pocl_migration_type_t type, size_t bytes);
+/* Counts one executed migration command of `bytes` (both engines; drivers
+ * that run migrations themselves, as PoCL's remote driver, call it too).
+ * Thread-safe, O(1). */
+POCL_EXPORT void pocl_ml_count_migration (pocl_migration_type_t type,
+                                          size_t bytes);
 
 #ifndef BUILD_MEMLAYER_ENGINE
 /* The range a rectangle of a buffer covers, from its first to its last

@@ -1,0 +1,145 @@
+// Memlayer devices behind PoCL 7.1's remote servers (doc/scale-out.md): a
+// server that dies mid-run. Run as the client of a cluster of two servers
+// with one device each (drivers/pocl/pocl-cluster.sh run ... --servers 2
+// --devices memlayer), which names its state folder in POCL_CLUSTER_STATE:
+// its `servers` file gives each server's PID, in device order.
+//
+// What a user needs then: the commands on the dead server's device end with
+// an error (no hang: each wait is bounded by a watchdog), and the other
+// server's buffers stay readable with every byte they held.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cl_check.hpp"
+
+namespace {
+
+using namespace memlayer::cltest;
+
+const char* kSource = R"(
+__kernel void bump(__global uint* a, uint rounds) {
+  size_t i = get_global_id(0);
+  uint v = a[i];
+  for (uint r = 0; r < rounds; ++r) v = v * 1664525u + 1013904223u;
+  a[i] = v;
+})";
+
+// The PIDs of the cluster's servers, in device order.
+std::vector<pid_t> server_pids() {
+  const char* state = std::getenv("POCL_CLUSTER_STATE");
+  std::vector<pid_t> pids;
+  if (state == nullptr) return pids;
+  std::ifstream in(std::string(state) + "/servers");
+  long pid = 0, port = 0, devices = 0;
+  while (in >> pid >> port >> devices) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+// Runs `f` with a watchdog: fails the test (and ends the program, which
+// cannot recover a thread stuck in OpenCL) when it takes over `seconds`.
+template <class F>
+auto bounded(const char* what, int seconds, F f) {
+  auto done = std::async(std::launch::async, f);
+  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    std::fprintf(stderr, "HANG: %s did not return within %d s\n", what, seconds);
+    std::_Exit(3);
+  }
+  return done.get();
+}
+
+void lost_server_case() {
+  const std::vector<pid_t> pids = server_pids();
+  ASSERT_EQ(pids.size(), 2u) << "run under pocl-cluster.sh run --servers 2 --devices memlayer";
+  DeviceSet s = open_device_set(kSource);
+  ASSERT_EQ(s.devices.size(), 2u);
+  cl_int err = CL_SUCCESS;
+  Kernel bump(clCreateKernel(s.program.get(), "bump", &err));
+  CL_CHECK(err);
+
+  constexpr std::size_t kCount = 1 << 16;
+  std::vector<std::uint32_t> a_bytes(kCount), b_bytes(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    a_bytes[i] = static_cast<std::uint32_t>(i * 2654435761u);
+    b_bytes[i] = static_cast<std::uint32_t>(~i);
+  }
+  Mem a(clCreateBuffer(s.ctx.get(), CL_MEM_READ_WRITE, kCount * 4, nullptr, &err));
+  CL_CHECK(err);
+  Mem b(clCreateBuffer(s.ctx.get(), CL_MEM_READ_WRITE, kCount * 4, nullptr, &err));
+  CL_CHECK(err);
+  cl_command_queue q0 = s.queues[0].get(), q1 = s.queues[1].get();
+  CL_CHECK(clEnqueueWriteBuffer(q0, a.get(), CL_TRUE, 0, kCount * 4, a_bytes.data(), 0, nullptr, nullptr));
+  CL_CHECK(clEnqueueWriteBuffer(q1, b.get(), CL_TRUE, 0, kCount * 4, b_bytes.data(), 0, nullptr, nullptr));
+
+  // Work queued on server 1's device; the server dies under it.
+  cl_mem bm = b.get();
+  const cl_uint rounds = 4096;
+  CL_CHECK(clSetKernelArg(bump.get(), 0, sizeof bm, &bm));
+  CL_CHECK(clSetKernelArg(bump.get(), 1, sizeof rounds, &rounds));
+  std::vector<Event> events;
+  std::size_t global = kCount;
+  for (int i = 0; i < 16; ++i) {
+    cl_event e = nullptr;
+    CL_CHECK(clEnqueueNDRangeKernel(q1, bump.get(), 1, nullptr, &global, nullptr, 0, nullptr, &e));
+    events.emplace_back(e);
+  }
+  CL_CHECK(clFlush(q1));
+  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+
+  // Each command on the lost device ends, and not as a success: the last
+  // one was queued behind work the server never finished.
+  // (clFinish may return at once with CL_DEVICE_NOT_AVAILABLE: the wait
+  // for the last kernel is what must end.)
+  bounded("clFinish on the lost server's queue", 60, [&] { return clFinish(q1); });
+  const cl_int waited = bounded("a wait for the last kernel on the lost server", 60, [&] {
+    cl_event e = events.back().get();
+    return clWaitForEvents(1, &e);
+  });
+  // Failed, or refused for the lost device at once.
+  EXPECT_TRUE(waited == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST || waited == CL_DEVICE_NOT_AVAILABLE)
+      << "clWaitForEvents returned " << waited;
+  // Either way the event itself ends, failed.
+  const cl_int last = bounded("the last kernel's event to end", 60, [&] {
+    cl_int status = CL_QUEUED;
+    while (status > CL_COMPLETE) {
+      CL_CHECK(clGetEventInfo(events.back().get(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
+                              nullptr));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return status;
+  });
+  EXPECT_LT(last, 0) << "the last kernel on the lost server reports status " << last;
+
+  // A new command for the lost device fails at once or ends failed.
+  std::vector<std::uint32_t> got(kCount);
+  const cl_int read_b = bounded("a read of a buffer last written on the lost server", 60, [&] {
+    return clEnqueueReadBuffer(q1, b.get(), CL_TRUE, 0, kCount * 4, got.data(), 0, nullptr, nullptr);
+  });
+  EXPECT_NE(read_b, CL_SUCCESS) << "a read from the lost server succeeded";
+
+  // The other server's buffer: every byte as written.
+  const cl_int read_a = bounded("a read of the other server's buffer", 60, [&] {
+    return clEnqueueReadBuffer(q0, a.get(), CL_TRUE, 0, kCount * 4, got.data(), 0, nullptr, nullptr);
+  });
+  ASSERT_EQ(read_a, CL_SUCCESS);
+  EXPECT_EQ(got, a_bytes);
+  // Leaving the scope releases the buffers, queues and context: calls to
+  // the lost server too (PoCL 7.1's client waited for them forever).
+}
+
+TEST(RemoteServers, ALostServerFailsItsCommandsAndTheOtherKeepsItsBuffers) {
+  bounded("the test, releases included", 180, [] {
+    lost_server_case();
+    return 0;
+  });
+}
+
+}  // namespace
