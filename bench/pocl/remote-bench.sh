@@ -25,7 +25,7 @@ trap 'rm -f "$out"' EXIT
 
 run() {  # where engine filter: one run, medians appended to $out
   local where=$1 engine=$2 filter=$3
-  local cmd=("$bench" --benchmark_filter="$filter" --benchmark_repetitions=3
+  local cmd=("$bench" --benchmark_filter="$filter" --benchmark_repetitions=3 --benchmark_min_time=0.1
              --benchmark_report_aggregates_only=true --benchmark_color=false)
   if [ "$where" = remote ]; then
     POCL_MEMLAYER_MIGRATION=$engine "$cluster" run --build "$pocl" --servers 4 --devices memlayer -- "${cmd[@]}" 2>/dev/null
@@ -33,8 +33,9 @@ run() {  # where engine filter: one run, medians appended to $out
     POCL_MEMLAYER_MIGRATION=$engine POCL_BUILDING=1 OCL_ICD_VENDORS="$pocl/lib/CL/libpocl.so" \
       POCL_DEVICES="memlayer memlayer memlayer memlayer" "${cmd[@]}" 2>/dev/null
   fi | awk -v w="$where" -v e="$engine" '$1 ~ /_median$/ {
-         moved = ""; for (i = 1; i <= NF; ++i) if ($i ~ /^bytes_moved=/) { moved = $i; sub(/bytes_moved=/, "", moved) }
-         print w, e, $1, $2, moved }' >>"$out"
+         # name, time, unit, cpu, unit, repetitions, then the counter
+         # column: bytes_moved for the sub-buffer steps
+         print w, e, $1, $2, ($1 ~ /SubBuffer/ ? $7 : "") }' >>"$out"
 }
 
 for ((r = 1; r <= rounds; ++r)); do
