@@ -131,7 +131,12 @@ set_tests_properties(pocl71_remote_cluster PROPERTIES LABELS pocl71 TIMEOUT 300)
 memlayer_pocl71_remote_test(pocl71_remote_migration 2 memlayer $<TARGET_FILE:pocl_migration_test>)
 # A server killed under queued work: its commands end failed within a
 # watchdog, and the other server's buffer reads back whole.
-memlayer_pocl71_remote_test(pocl71_remote_server_lost 2 memlayer $<TARGET_FILE:pocl_remote_test>)
+memlayer_pocl71_remote_test(pocl71_remote_server_lost 2 memlayer $<TARGET_FILE:pocl_remote_test>
+  --gtest_filter=RemoteServers.ALostServerFailsItsCommandsAndTheOtherKeepsItsBuffers)
+# Three contexts at a time on one remote device, from two host threads,
+# released out of order, every read checked.
+memlayer_pocl71_remote_test(pocl71_remote_contexts 2 memlayer $<TARGET_FILE:pocl_remote_test>
+  --gtest_filter=RemoteServers.SeveralContextsOnOneRemoteDevice)
 # The OpenCL stress program on four remote devices (two servers, two
 # memlayer devices each), every read checked: kernels, rect reads and writes
 # with padded host rows, copies, fills, maps, migrations; sub-buffers, then

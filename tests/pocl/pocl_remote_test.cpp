@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,60 @@ auto bounded(const char* what, int seconds, F f) {
     std::_Exit(3);
   }
   return done.get();
+}
+
+// Several contexts on one remote device, made, used and released in
+// overlapping order, from two host threads (PoCL 7.1's client crashed in its
+// writer thread on such a program: field notes; the writer then wrote into
+// answered synchronous commands, patches/pocl-7.1-remote-client-writer-*).
+// Runs before the server-loss case, which kills a server.
+void several_contexts_case() {
+  const std::vector<cl_device_id> devices = all_devices();
+  ASSERT_FALSE(devices.empty());
+  cl_device_id dev = devices[0];
+  auto work = [dev](unsigned seed, std::string& failure) {
+    for (int round = 0; round < 6 && failure.empty(); ++round) {
+      cl_int err = CL_SUCCESS;
+      std::vector<Context> ctxs;
+      std::vector<Queue> queues;
+      std::vector<Mem> bufs;
+      for (int c = 0; c < 3; ++c) {
+        ctxs.emplace_back(clCreateContext(nullptr, 1, &dev, nullptr, nullptr, &err));
+        if (err != CL_SUCCESS) return void(failure = "clCreateContext: " + std::to_string(err));
+        queues.emplace_back(clCreateCommandQueueWithProperties(ctxs.back().get(), dev, nullptr, &err));
+        if (err != CL_SUCCESS) return void(failure = "clCreateCommandQueue: " + std::to_string(err));
+        bufs.emplace_back(clCreateBuffer(ctxs.back().get(), CL_MEM_READ_WRITE, 4096 * 4, nullptr, &err));
+        if (err != CL_SUCCESS) return void(failure = "clCreateBuffer: " + std::to_string(err));
+      }
+      for (int c = 0; c < 3; ++c) {
+        std::vector<std::uint32_t> data(4096), got(4096);
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint32_t>(seed * 7919u + round * 31u + c * 4096u + i);
+        if (clEnqueueWriteBuffer(queues[c].get(), bufs[c].get(), CL_FALSE, 0, 4096 * 4, data.data(), 0, nullptr,
+                                 nullptr) != CL_SUCCESS ||
+            clEnqueueReadBuffer(queues[c].get(), bufs[c].get(), CL_TRUE, 0, 4096 * 4, got.data(), 0, nullptr,
+                                nullptr) != CL_SUCCESS)
+          return void(failure = "a write or read failed");
+        if (got != data) return void(failure = "context " + std::to_string(c) + " read other bytes");
+      }
+      // Released out of creation order: the middle context first.
+      bufs[1].reset();
+      queues[1].reset();
+      ctxs[1].reset();
+    }
+  };
+  std::string f0, f1;
+  std::thread other(work, 2u, std::ref(f1));
+  work(1u, f0);
+  other.join();
+  EXPECT_TRUE(f0.empty()) << f0;
+  EXPECT_TRUE(f1.empty()) << f1;
+}
+
+TEST(RemoteServers, SeveralContextsOnOneRemoteDevice) {
+  bounded("the several-contexts case", 120, [] {
+    several_contexts_case();
+    return 0;
+  });
 }
 
 void lost_server_case() {
