@@ -10,6 +10,7 @@
 # sets it and calls this). Kernel enqueue times are per enqueue (the
 # benchmark times batches of 64).
 set -euo pipefail
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 build=${1:?usage: compare-engines.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
 bench=$build/tests/pocl
@@ -29,12 +30,7 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 
-awk '
-  function median(list,   n, v, i, j, t) {
-    n = split(list, v, " ")
-    for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk -f "$here/median.awk" -f /dev/stdin "$out" <<'AWK'
   {
     name = $2; sub(/_median$/, "", name)
     ns = $3 / (name ~ /KernelEnqueue/ ? 64 : 1)
@@ -48,4 +44,5 @@ awk '
       printf "%-46s %11.3f us %11.3f us %7.2fx\n", name, p / 1000, m / 1000, m / p
     }
     print "ratio: memlayer time / PoCL time (below 1: memlayer faster)"
-  }' "$out"
+  }
+AWK

@@ -46,12 +46,7 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 
-awk '
-  function median(list,   n, v, i, j, t) {
-    n = split(list, v, " ")
-    for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk -f "$here/median.awk" -f /dev/stdin "$out" <<'AWK'
   function num(x) { if (x ~ /k$/) return x * 1000; if (x ~ /M$/) return x * 1e6; return x + 0 }
   {
     name = $3; sub(/_median$/, "", name)
@@ -70,4 +65,5 @@ awk '
     }
     print "remote: 4 servers on 127.0.0.1, one memlayer device each; local: 4 memlayer devices in one process"
     print "ratio: memlayer time / 7.1 engine time (below 1: memlayer faster); KernelEnqueue times are per enqueue"
-  }' "$out"
+  }
+AWK

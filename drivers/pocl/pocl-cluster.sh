@@ -58,10 +58,11 @@ start() {
     esac
   done
   [ -n "$build" ] || die "no --build DIR (a PoCL 7.1 build folder: drivers/pocl/build-pocl.sh --pocl=7.1 --print-dir)"
+  [ -d "$build" ] || die "--build $build: no such folder (a PoCL 7.1 build folder: drivers/pocl/build-pocl.sh --pocl=7.1 --print-dir)"
   [ -x "$build/pocld/pocld" ] || die "$build/pocld/pocld not found: PoCL 7.1 is built without its remote server (build-pocl.sh --pocl=7.1 builds it)"
   [ -r "$build/lib/CL/libpocl.so" ] || die "$build/lib/CL/libpocl.so not found"
   [[ $servers =~ ^[1-9][0-9]?$ ]] || die "--servers $servers: give a number from 1 to 99"
-  [ -n "$devices" ] || die "--devices is empty: name each server's devices (e.g. \"memlayer memlayer\")"
+  [ -n "${devices//[[:space:]]/}" ] || die "--devices is empty: name each server's devices (e.g. \"memlayer memlayer\")"
   [ -z "$port" ] || [[ $port =~ ^[0-9]+$ && $port -ge 1024 && $port -le 65000 ]] ||
     die "--port $port: give a port from 1024 to 65000"
   mkdir -p "$state"

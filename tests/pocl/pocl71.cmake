@@ -156,3 +156,22 @@ memlayer_pocl71_remote_test(pocl71_remote_suite_runtime 2 memlayer
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address|clBuildProgram$|test_kernel_cache_includes|clFinish|clCreateKernelsInProgram|test_command_buffer_multi_device|test_compile_n_link"
   --output-on-failure --timeout 300)
+# pocl-cluster.sh's bad inputs: exit status 1 and one line naming the
+# problem; no server starts.
+function(memlayer_cluster_error_test name message)
+  add_test(NAME ${name} COMMAND ${expect_failure} 1 "${message}" ${pocl_cluster} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 60)
+endfunction()
+set(cluster_state ${CMAKE_CURRENT_BINARY_DIR}/cluster-error-state)
+memlayer_cluster_error_test(pocl71_cluster_error_no_build "no --build DIR" start ${cluster_state})
+memlayer_cluster_error_test(pocl71_cluster_error_missing_build "--build /nonexistent: no such folder"
+  start ${cluster_state} --build /nonexistent)
+memlayer_cluster_error_test(pocl71_cluster_error_not_a_pocld_build "pocld/pocld not found: PoCL 7.1 is built without its remote server"
+  start ${cluster_state} --build ${CMAKE_CURRENT_BINARY_DIR})
+memlayer_cluster_error_test(pocl71_cluster_error_servers "--servers 0: give a number from 1 to 99"
+  start ${cluster_state} --build ${MEMLAYER_POCL71_BUILD_DIR} --servers 0)
+memlayer_cluster_error_test(pocl71_cluster_error_port "--port 80: give a port from 1024 to 65000"
+  start ${cluster_state} --build ${MEMLAYER_POCL71_BUILD_DIR} --port 80)
+memlayer_cluster_error_test(pocl71_cluster_error_no_devices "--devices is empty"
+  start ${cluster_state} --build ${MEMLAYER_POCL71_BUILD_DIR} --devices " ")
+memlayer_cluster_error_test(pocl71_cluster_error_stop_nothing "holds no cluster" stop ${CMAKE_CURRENT_BINARY_DIR}/no-such-cluster)
