@@ -44,6 +44,17 @@ is_our_pocld() {  # pid, build dir: is that PID still our pocld?
   [ "$exe" = "$2/pocld/pocld" ]
 }
 
+started_at() {  # pid: when it started (clock ticks since boot); fails once it
+  # has exited. An exiting process loses /proc/PID/exe before it is reaped,
+  # so "still running" is judged by this, not by is_our_pocld.
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  # shellcheck disable=SC2086
+  set -- ${stat##*) }  # the fields after "PID (COMM) ": state first
+  [ "$1" != Z ] && [ "$1" != X ] || return 1
+  echo "${20}"  # field 22 of proc(5), starttime
+}
+
 start() {
   local state=$1; shift
   local build='' servers=2 devices='memlayer memlayer' port='' server_env=()
@@ -127,19 +138,21 @@ env_of() {  # state: the client's environment
 }
 
 stop() {
-  local state=$1 build pid p ndev left=()
+  local state=$1 build pid p ndev since left=()
   [ -f "$state/servers" ] || die "$state holds no cluster"
   build=$(cat "$state/build" 2>/dev/null || true)
   while read -r pid p ndev; do
-    if [ -n "$build" ] && is_our_pocld "$pid" "$build"; then
+    if [ -n "$build" ] && is_our_pocld "$pid" "$build" && since=$(started_at "$pid"); then
       kill "$pid" 2>/dev/null || true
-      left+=("$pid")
+      left+=("$pid:$since")
     fi
   done < "$state/servers"
-  local waited=0 pid2 alive
+  local waited=0 entry alive
   while :; do
     alive=()
-    for pid2 in "${left[@]}"; do is_our_pocld "$pid2" "$build" && alive+=("$pid2"); done
+    for entry in "${left[@]}"; do
+      [ "$(started_at "${entry%%:*}" || true)" = "${entry#*:}" ] && alive+=("${entry%%:*}")
+    done
     [ ${#alive[@]} -eq 0 ] && break
     if [ $waited -ge 50 ]; then kill -9 "${alive[@]}" 2>/dev/null || true; fi
     [ $waited -ge 80 ] && die "servers ${alive[*]} do not stop"
