@@ -143,8 +143,8 @@ struct MigrationStats {
   /// The bytes a step moved, each counted once whatever its path: what left
   /// devices (device to device, or to the host) or what arrived on them
   /// (from a device, or from the host), whichever is more. A device-to-device
-  /// move through the host (PoCL's remote driver: servers with no direct
-  /// range path) reads N bytes and writes the same N: N, as a direct one.
+  /// move through the host (where no driver copies the range directly)
+  /// reads N bytes and writes the same N: N, as a direct one.
   [[nodiscard]] std::uint64_t moved() const { return std::max(d2d_bytes + d2h_bytes, d2d_bytes + h2d_bytes); }
 };
 

@@ -152,10 +152,15 @@ inline bool honours_migration_ranges(cl_device_id dev) {
 }
 
 /// Whether `dev`'s driver copies a byte range from another device itself
-/// (the direct path of a device-to-device migration it runs).
+/// (the direct path of a device-to-device migration it runs). 7.1:
+/// pocl_exec_command moves a range through migrate_d2d_range; a driver with
+/// no migrate_d2d runs its migrations itself (PoCL's remote driver: its
+/// servers copy between themselves) and moves ranges in all of them when it
+/// honours ranges at all.
 inline bool migrates_d2d_ranges(cl_device_id dev) {
 #if MEMLAYER_POCL_MAJOR >= 7
-  return dev->ops->migrate_d2d_range != nullptr;
+  return dev->ops->migrate_d2d_range != nullptr ||
+         (dev->ops->migrate_d2d == nullptr && honours_migration_ranges(dev));
 #else
   return dev->ops->migrate_d2d != nullptr;
 #endif
