@@ -17,6 +17,21 @@ TEST(PoclParameters, DefaultsWhenUnset) {
     EXPECT_EQ(p.value().alignment, 128u);
     EXPECT_EQ(p.value().transfer_faults, 0.0);
     EXPECT_EQ(p.value().peer_read_faults, 0.0);
+    EXPECT_EQ(p.value().svm_space, std::uint64_t{64} << 30);
+  }
+}
+
+TEST(PoclParameters, SvmSpace) {
+  auto off = parse_parameters("svm_space=0");
+  ASSERT_TRUE(off.ok()) << off.error();
+  EXPECT_EQ(off.value().svm_space, 0u);
+  auto g = parse_parameters("svm_space=2G");
+  ASSERT_TRUE(g.ok()) << g.error();
+  EXPECT_EQ(g.value().svm_space, std::uint64_t{2} << 30);
+  for (const char* bad : {"svm_space=4K", "svm_space=65537G", "svm_space=lots", "svm_space="}) {
+    auto b = parse_parameters(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.error().find("0, or a size from 1M to 64T"), std::string::npos) << b.error();
   }
 }
 

@@ -22,6 +22,13 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   endfunction()
 
   suite_test(${api}images "memlayer memlayer" $<TARGET_FILE:pocl_image_test>)
+  # Coarse-grained buffer SVM (doc/svm.md) on two devices and on one; devices
+  # given no SVM space report none.
+  suite_test(${api}svm "memlayer memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
+  suite_test(${api}svm_1dev memlayer $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
+  suite_test(${api}svm_off "memlayer memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=SvmOff.*)
+  suite_env(${api}svm_off "POCL_MEMLAYER0_PARAMETERS=svm_space=0" "POCL_MEMLAYER1_PARAMETERS=svm_space=0"
+            "MEMLAYER_EXPECT_SVM=0")
   suite_test(${api}failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=-PoclFaults.*:PoclPeerFaults.*)
   # Device 0's peer links failing (its host link working): migrations from it
   # are made from the host copy instead, or fail losing nothing.

@@ -13,7 +13,8 @@ function(memlayer_pocl71_test name devices)
     ENVIRONMENT "${MEMLAYER_POCL71_ENV};POCL_DEVICES=${devices}")
 endfunction()
 
-foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test)
+foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test
+        pocl_svm_test)
   add_dependencies(${program} pocl71)
 endforeach()
 
@@ -127,7 +128,7 @@ set_tests_properties(pocl71_remote_cluster PROPERTIES LABELS pocl71 TIMEOUT 300)
 # The migration tests across two servers, one memlayer device each:
 # disjoint sub-buffers of one parent written on both, a read|write map, host
 # threads on quarters of shared buffers, and the bytes a sub-buffer step
-# moves (its own, through the client: patches/pocl-7.1-memlayer-remote.patch).
+# moves (its own, server to server: patches/pocl-7.1-memlayer-remote.patch).
 memlayer_pocl71_remote_test(pocl71_remote_migration 2 memlayer $<TARGET_FILE:pocl_migration_test>)
 # A server killed under queued work: its commands end failed within a
 # watchdog, and the other server's buffer reads back whole.

@@ -101,7 +101,9 @@ TEST_F(PoclDevice, ReportsItsParameters) {
   EXPECT_EQ(info<cl_uint>(CL_DEVICE_MEM_BASE_ADDR_ALIGN), 128u * 8);  // in bits
   // OpenCL's floor for the largest allocation: min(memory, max(memory / 4, 128 MiB)).
   EXPECT_EQ(info<cl_ulong>(CL_DEVICE_MAX_MEM_ALLOC_SIZE), kGlobal);
-  EXPECT_EQ(info<cl_device_svm_capabilities>(CL_DEVICE_SVM_CAPABILITIES), 0u);
+  // Coarse-grained buffer SVM only (doc/svm.md).
+  EXPECT_EQ(info<cl_device_svm_capabilities>(CL_DEVICE_SVM_CAPABILITIES),
+            static_cast<cl_device_svm_capabilities>(CL_DEVICE_SVM_COARSE_GRAIN_BUFFER));
 }
 
 TEST_F(PoclDevice, FullMemoryEvictsIdleBuffersAndLosesNothing) {

@@ -98,8 +98,9 @@ TEST_F(PoclDriver, IsTheExpectedPoclWithTwoMemlayerDevices) {
       EXPECT_NE(name.find(expected), std::string::npos) << name;
     }
     EXPECT_EQ(info<cl_bool>(d, CL_DEVICE_AVAILABLE), static_cast<cl_bool>(CL_TRUE));
-    // Memory of its own: no SVM.
-    EXPECT_EQ(info<cl_device_svm_capabilities>(d, CL_DEVICE_SVM_CAPABILITIES), 0u);
+    // Memory of its own: coarse-grained buffer SVM only (doc/svm.md).
+    EXPECT_EQ(info<cl_device_svm_capabilities>(d, CL_DEVICE_SVM_CAPABILITIES),
+              static_cast<cl_device_svm_capabilities>(CL_DEVICE_SVM_COARSE_GRAIN_BUFFER));
     EXPECT_EQ(info<cl_device_local_mem_type>(d, CL_DEVICE_LOCAL_MEM_TYPE),
               static_cast<cl_device_local_mem_type>(CL_LOCAL));
   }

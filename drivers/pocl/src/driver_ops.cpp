@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "memlayer_device.hpp"
+#include "svm.hpp"
 
 extern "C" {
 GEN_PROTOTYPES(basic)
@@ -76,11 +77,14 @@ void push_if_ready(_cl_command_node* node) {
   device_of(node->device).push(node);
 }
 
-// Arena to arena: both are host-addressable, one memcpy of the range.
+// Arena to arena: both are host-addressable, one memcpy of the range. Two
+// copies of a buffer over SVM bytes are those same bytes (svm.hpp): nothing
+// to move.
 int migrate_range(cl_mem mem, size_t offset, size_t size, const pocl_mem_identifier* src_mem_id,
                   const pocl_mem_identifier* dst_mem_id) {
   if (src_mem_id->mem_ptr == nullptr || dst_mem_id->mem_ptr == nullptr) return CL_INVALID_MEM_OBJECT;
   if (offset > mem->size || size > mem->size - offset) return CL_INVALID_VALUE;
+  if (src_mem_id->mem_ptr == dst_mem_id->mem_ptr) return CL_SUCCESS;
   std::memcpy(static_cast<char*>(dst_mem_id->mem_ptr) + offset, static_cast<const char*>(src_mem_id->mem_ptr) + offset,
               size);
   return CL_SUCCESS;
@@ -88,6 +92,21 @@ int migrate_range(cl_mem mem, size_t offset, size_t size, const pocl_mem_identif
 int migrate_d2d_range(cl_device_id, cl_device_id, cl_mem mem, size_t offset, size_t size, pocl_mem_identifier* src_mem_id,
                       pocl_mem_identifier* dst_mem_id) {
   return migrate_range(mem, offset, size, src_mem_id, dst_mem_id);
+}
+
+// basic's host transfers (a memcpy each), skipped where the host bytes and
+// the device bytes are the same: a buffer over SVM bytes (svm.hpp).
+decltype(pocl_device_ops::read) g_basic_read = nullptr;
+decltype(pocl_device_ops::write) g_basic_write = nullptr;
+void read_unless_shared(void* data, void* __restrict__ dst_host_ptr, pocl_mem_identifier* src_mem_id, cl_mem src_buf,
+                        size_t offset, size_t size) {
+  if (static_cast<char*>(src_mem_id->mem_ptr) + offset == dst_host_ptr) return;
+  g_basic_read(data, dst_host_ptr, src_mem_id, src_buf, offset, size);
+}
+void write_unless_shared(void* data, const void* __restrict__ src_host_ptr, pocl_mem_identifier* dst_mem_id,
+                         cl_mem dst_buf, size_t offset, size_t size) {
+  if (static_cast<char*>(dst_mem_id->mem_ptr) + offset == src_host_ptr) return;
+  g_basic_write(data, src_host_ptr, dst_mem_id, dst_buf, offset, size);
 }
 
 }  // namespace
@@ -110,6 +129,10 @@ void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
   ops->reinit = pocl_memlayer_reinit;
   ops->build_hash = pocl_memlayer_build_hash;
 
+  g_basic_read = ops->read;
+  g_basic_write = ops->write;
+  ops->read = read_unless_shared;
+  ops->write = write_unless_shared;
   ops->alloc_mem_obj = pocl_memlayer_alloc_mem_obj;
   ops->free = pocl_memlayer_free;
   ops->get_mapping_ptr = pocl_memlayer_get_mapping_ptr;
@@ -132,11 +155,13 @@ void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
   ops->init_queue = pthread_ops.init_queue;
   ops->free_queue = pthread_ops.free_queue;
 
-  // Device memory is not shared with the host: no SVM in this driver.
-  ops->svm_alloc = nullptr;
-  ops->svm_free = nullptr;
-  ops->svm_copy = nullptr;
-  ops->svm_fill = nullptr;
+  // Coarse-grained buffer SVM out of the process's SVM space (svm.hpp).
+  ops->svm_alloc = pocl_memlayer_svm_alloc;
+  ops->svm_free = pocl_memlayer_svm_free;
+  ops->svm_map = pocl_memlayer_svm_map;
+  ops->svm_unmap = pocl_memlayer_svm_unmap;
+  ops->svm_copy = pocl_memlayer_svm_copy;
+  ops->svm_fill = pocl_memlayer_svm_fill;
 }
 
 unsigned int pocl_memlayer_probe(struct pocl_device_ops* ops) {
@@ -174,6 +199,12 @@ cl_int pocl_memlayer_init(unsigned j, cl_device_id device, const char* parameter
   if (params.migration_ranges) memlayer::pocl::compat::declare_range_migrations(device);
   device->mem_base_addr_align = static_cast<cl_uint>(params.alignment);
   device->device_alloca_locals = 0;
+  if (params.svm_space > 0) {
+    device->svm_caps = CL_DEVICE_SVM_COARSE_GRAIN_BUFFER;
+    // Above the CPU devices' 1: in a context with a memlayer device, SVM
+    // comes from the space every memlayer device shares (svm.hpp).
+    device->svm_allocation_priority = 2;
+  }
   if (device->vendor_id == 0) device->vendor_id = CL_KHRONOS_VENDOR_ID_POCL;
 
   pocl_init_dlhandle_cache();
@@ -211,6 +242,14 @@ cl_int pocl_memlayer_alloc_mem_obj(cl_device_id device, cl_mem mem, void*) {
   // host copy; that is not this device's memory, so decline and let PoCL's
   // core allocate it. Device memory comes at the first command that uses it.
   if ((mem->flags & CL_MEM_ALLOC_HOST_PTR) != 0 && mem->mem_host_ptr == nullptr) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  // A buffer over SVM bytes shares them on every device (svm.hpp).
+  if (void* shared = memlayer::pocl::svm_storage(mem); shared != nullptr) {
+    p->mem_ptr = shared;
+    p->version = 0;
+    p->extra_ptr = nullptr;
+    p->extra = 0;
+    return CL_SUCCESS;
+  }
   auto block = device_of(device).memory().allocate(mem->size, device->mem_base_addr_align);
   if (!block.ok()) {
     POCL_MSG_ERR("%s\n", block.error().c_str());
@@ -228,6 +267,11 @@ cl_int pocl_memlayer_alloc_mem_obj(cl_device_id device, cl_mem mem, void*) {
 void pocl_memlayer_free(cl_device_id device, cl_mem mem) {
   pocl_mem_identifier* p = &mem->device_ptrs[device->global_mem_id];
   if (p->mem_ptr == nullptr) return;
+  if (memlayer::pocl::is_svm_storage(p->mem_ptr)) {  // the SVM allocation's bytes: not ours to free
+    p->mem_ptr = nullptr;
+    p->version = 0;
+    return;
+  }
   memlayer::drivers::DeviceMemory& memory = device_of(device).memory();
   auto freed = memory.free(unpack_block(p->mem_ptr, p->extra, memory.region_id()));
   if (!freed.ok()) POCL_MSG_ERR("%s\n", freed.error().c_str());

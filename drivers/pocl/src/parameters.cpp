@@ -84,10 +84,14 @@ drivers::DevResult<DriverParameters> parse_parameters(const char* text) {
     } else if (key == "migration_ranges") {
       if (value != "0" && value != "1") return bad + " (0 or 1)";
       p.migration_ranges = value == "1";
+    } else if (key == "svm_space") {
+      if (!parse_size(value, n) || (n != 0 && n < (std::uint64_t{1} << 20)) || n > (std::uint64_t{1} << 46))
+        return bad + " (0, or a size from 1M to 64T)";
+      p.svm_space = n;
     } else {
       return "memlayer parameters: unknown key '" + key +
              "' (known: global_mem, local_mem, compute_units, numa_node, alignment, transfer_faults, peer_read_faults, fault_seed, "
-             "migration_ranges)";
+             "migration_ranges, svm_space)";
     }
   }
   if (p.local_mem > p.global_mem) return std::string("memlayer parameters: local_mem is larger than global_mem");

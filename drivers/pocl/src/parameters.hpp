@@ -28,6 +28,11 @@
 //                  capability (CUDA, remote), and every context with it keeps
 //                  PoCL 7.1's own engine. For testing that fallback; no
 //                  effect on PoCL 3.1, whose patch gives every driver ranges
+//   svm_space      the address space reserved for the process's SVM
+//                  allocations (drivers/pocl/src/svm.hpp), default 64G of
+//                  addresses (no memory until used); 0: the device offers no
+//                  SVM. The space is reserved once, at the first SVM
+//                  allocation, with the size of the device that makes it
 //
 // Pure C++, no PoCL: the parser is unit-tested in memlayer's own tests.
 #pragma once
@@ -50,6 +55,7 @@ struct DriverParameters {
   double peer_read_faults = 0;  ///< probability in [0, 1]
   std::uint64_t fault_seed = 1;
   bool migration_ranges = true;
+  std::uint64_t svm_space = std::uint64_t{64} << 30;  ///< 0: no SVM on this device
 };
 
 /// Parses `text` (null or empty: all defaults). An unknown key, a malformed

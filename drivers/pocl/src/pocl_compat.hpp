@@ -66,7 +66,7 @@ inline cl_int setup_cpu_device_infos(cl_device_id device) {
   const cl_int status = pocl_cpu_init_common(device);  // sets global_mem_id = 0 (host memory)
   device->global_mem_id = global_mem_id;
   if (status != CL_SUCCESS) return status;
-  // Memory not shared with the host: no SVM or USM.
+  // No USM; SVM only as the driver's init sets it (svm.hpp).
   device->svm_caps = 0;
   device->svm_allocation_priority = 0;
   device->host_usm_capabs = 0;
