@@ -78,6 +78,10 @@ memlayer_pocl71_test(pocl71_suite_runtime_3dev "memlayer memlayer memlayer"
 memlayer_pocl71_test(pocl71_suite_regression "memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^regression/"
   --output-on-failure --timeout 300)
+# The same on three memlayer devices.
+memlayer_pocl71_test(pocl71_suite_regression_3dev "memlayer memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^regression/"
+  --output-on-failure --timeout 300)
 
 # A bad device parameter: the device is left out and stderr says why.
 memlayer_pocl71_test(pocl71_bad_parameter memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 1)
