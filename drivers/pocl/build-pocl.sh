@@ -15,10 +15,11 @@
 # The cache folder is keyed by the hash of what shapes the PoCL tree and its
 # configuration: the tarball, our patch, the configure flags. A folder with that key
 # is unpacked, patched and configured once (about 3 min) and built once
-# (about 5 min on 2 cores for 3.1, about 10 for 7.1). The driver sources (drivers/pocl/src, the
-# bufalloc and devmem components it compiles in) are then synced into
-# lib/CL/devices/memlayer/ by content, for 3.1 the migration engine (drivers/pocl/core,
-# the engine and migration components) into lib/CL/memlayer-core/, and a stamp
+# (about 5 min on 2 cores for 3.1, about 10 for 7.1). memlayer's libraries
+# are built and installed into the folder's memlayer/ prefix, where PoCL's
+# build finds them (find_package(memlayer)); the driver sources
+# (drivers/pocl/src) are synced into lib/CL/devices/memlayer/ by content, the
+# engine's bridge (drivers/pocl/core) into lib/CL/memlayer-core/, and a stamp
 # holding the hash of all of them skips the build when nothing changed; when something did, make
 # rebuilds only what changed (seconds). So a clean clone of an unchanged
 # commit builds nothing, and a fresh machine builds everything.
@@ -159,28 +160,53 @@ sync_tree() {  # source folder, destination folder
   (cd "$1" && find . -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \) | sort) |
     while read -r f; do sync_file "$1/$f" "$2/$f"; done
 }
+# memlayer's libraries (bufalloc, devmem, migration, engine), built and
+# installed into the cache folder's memlayer/ prefix, where PoCL's build finds
+# them with find_package(memlayer) (pocl-tree.cmake, core-tree.cmake). Hidden
+# symbols: linked into libpocl and the driver, they export nothing. Make and
+# install rewrite only what changed, so PoCL relinks only then.
+prefix=$dir/memlayer
+# A build folder belongs to one checkout: another one's (a CI clone) starts
+# it afresh.
+if ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$root" "$dir/memlayer-build/CMakeCache.txt" 2>/dev/null; then
+  rm -rf "$dir/memlayer-build"
+  cmake -S "$root" -B "$dir/memlayer-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
+    -DCMAKE_INSTALL_LIBDIR=lib -DMEMLAYER_BUILD_TESTS=OFF -DMEMLAYER_BUILD_BENCH=OFF -DMEMLAYER_BUILD_TOOLS=OFF \
+    -DMEMLAYER_BUILD_CUDA=OFF -DCMAKE_CXX_VISIBILITY_PRESET=hidden -DCMAKE_VISIBILITY_INLINES_HIDDEN=ON \
+    > "$dir/memlayer-configure.log" 2>&1 || { tail -30 "$dir/memlayer-configure.log" >&2; exit 1; }
+fi
+if ! { cmake --build "$dir/memlayer-build" -j "$jobs" && cmake --install "$dir/memlayer-build"; } > "$dir/memlayer-build.log" 2>&1; then
+  grep -E "error|Error" "$dir/memlayer-build.log" | head -40 >&2
+  exit 1
+fi
+
+# The driver's own sources, the PoCL device driver, into PoCL's tree. (Trees
+# synced before find_package held memlayer's sources in memlayer-src/: gone,
+# so that no stale header shadows the installed ones.)
+rm -rf "$dest/memlayer-src"
 sync_file "$here/pocl-tree.cmake" "$dest/CMakeLists.txt"
 sync_tree "$here/src" "$dest"
-sync_tree "$root/bufalloc/include" "$dest/memlayer-src/include"
-sync_tree "$root/bufalloc/src" "$dest/memlayer-src/bufalloc"
-sync_tree "$root/drivers/devmem/include" "$dest/memlayer-src/include"
-sync_tree "$root/drivers/devmem/src" "$dest/memlayer-src/devmem"
 stamped=(devices/memlayer)
 if [ -n "$with_core" ]; then
-  # The migration engine goes into PoCL's core library (libpocl) for both
-  # versions; core-tree.cmake tells the adapter PoCL's version.
+  # The engine's bridge goes into PoCL's core library (libpocl) for both
+  # versions; core-tree.cmake tells the bridge PoCL's version and links the
+  # engine. PoCL 3.1's C hook (pocl_memlayer_migration.h) names the
+  # migration C API's types: those two C headers go beside it.
   core=$dir/src/lib/CL/memlayer-core
   sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
   sync_tree "$here/core" "$core"
-  sync_file "$root/bufalloc/include/memlayer/status.h" "$core/memlayer-src/include/memlayer/status.h"
-  sync_tree "$root/migration/include" "$core/memlayer-src/include"
-  sync_tree "$root/migration/src" "$core/memlayer-src/migration"
-  sync_tree "$root/engine/include" "$core/memlayer-src/include"
-  sync_tree "$root/engine/src" "$core/memlayer-src/engine"
+  rm -rf "$core/memlayer-src/migration" "$core/memlayer-src/engine"
+  [ ! -d "$core/memlayer-src/include" ] ||
+    find "$core/memlayer-src/include" ! -type d ! -path '*/memlayer/status.h' ! -path '*/memlayer/migration.h' -delete -o -type d -empty -delete
+  if [ "$version" = 3.1 ]; then
+    sync_file "$root/bufalloc/include/memlayer/status.h" "$core/memlayer-src/include/memlayer/status.h"
+    sync_file "$root/migration/include/memlayer/migration.h" "$core/memlayer-src/include/memlayer/migration.h"
+  fi
   stamped+=(memlayer-core)
 fi
 
-stamp=$( (cd "$dir/src/lib/CL" && find "${stamped[@]}" -type f | sort | xargs cat) | sha256sum | cut -c1-16)
+stamp=$( (cd "$dir/src/lib/CL" && find "${stamped[@]}" -type f | sort | xargs cat; find "$prefix" -type f | sort | xargs cat) |
+  sha256sum | cut -c1-16)
 if [ -f "$dir/build/.memlayer-stamp" ] && [ "$(cat "$dir/build/.memlayer-stamp")" = "$stamp" ]; then
   echo "$dir/build"
   exit 0

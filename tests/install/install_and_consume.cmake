@@ -11,7 +11,7 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f include/memlayer/bufalloc.h include/memlayer/bufalloc/region.hpp)
+foreach(f include/memlayer/bufalloc.h include/memlayer/bufalloc/region.hpp include/memlayer/drivers/device_memory.hpp)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
