@@ -195,12 +195,15 @@ if [ -n "$with_core" ]; then
   core=$dir/src/lib/CL/memlayer-core
   sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
   sync_tree "$here/core" "$core"
-  rm -rf "$core/memlayer-src/migration" "$core/memlayer-src/engine"
-  [ ! -d "$core/memlayer-src/include" ] ||
-    find "$core/memlayer-src/include" ! -type d ! -path '*/memlayer/status.h' ! -path '*/memlayer/migration.h' -delete -o -type d -empty -delete
   if [ "$version" = 3.1 ]; then
+    rm -rf "$core/memlayer-src/migration" "$core/memlayer-src/engine"
+    [ ! -d "$core/memlayer-src/include" ] ||
+      find "$core/memlayer-src/include" ! -type d ! -path '*/memlayer/status.h' ! -path '*/memlayer/migration.h' \
+        -delete -o -type d -empty -delete
     sync_file "$root/bufalloc/include/memlayer/status.h" "$core/memlayer-src/include/memlayer/status.h"
     sync_file "$root/migration/include/memlayer/migration.h" "$core/memlayer-src/include/memlayer/migration.h"
+  else
+    rm -rf "$core/memlayer-src"
   fi
   stamped+=(memlayer-core)
 fi
