@@ -27,6 +27,11 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   suite_test(${api}svm "memlayer memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
   suite_test(${api}svm_1dev memlayer $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
   suite_test(${api}svm_off "memlayer memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=SvmOff.*)
+  # Beside PoCL's CPU device: the memlayer space serves the context, and an
+  # enqueued free on the CPU device's queue gives the pointer back to it
+  # (pocl-*-svm-free-uses-the-allocating-device.patch; PoCL freed it with
+  # the queue's device's allocator: a crash).
+  suite_test(${api}svm_beside_cpu "${cpu} memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
   suite_env(${api}svm_off "POCL_MEMLAYER0_PARAMETERS=svm_space=0" "POCL_MEMLAYER1_PARAMETERS=svm_space=0"
             "MEMLAYER_EXPECT_SVM=0")
   suite_test(${api}failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=-PoclFaults.*:PoclPeerFaults.*)
