@@ -180,10 +180,7 @@ if ! { cmake --build "$dir/memlayer-build" -j "$jobs" && cmake --install "$dir/m
   exit 1
 fi
 
-# The driver's own sources, the PoCL device driver, into PoCL's tree. (Trees
-# synced before find_package held memlayer's sources in memlayer-src/: gone,
-# so that no stale header shadows the installed ones.)
-rm -rf "$dest/memlayer-src"
+# The driver's own sources, the PoCL device driver, into PoCL's tree.
 sync_file "$here/pocl-tree.cmake" "$dest/CMakeLists.txt"
 sync_tree "$here/src" "$dest"
 stamped=(devices/memlayer)
@@ -196,14 +193,8 @@ if [ -n "$with_core" ]; then
   sync_file "$here/core-tree.cmake" "$core/CMakeLists.txt"
   sync_tree "$here/core" "$core"
   if [ "$version" = 3.1 ]; then
-    rm -rf "$core/memlayer-src/migration" "$core/memlayer-src/engine"
-    [ ! -d "$core/memlayer-src/include" ] ||
-      find "$core/memlayer-src/include" ! -type d ! -path '*/memlayer/status.h' ! -path '*/memlayer/migration.h' \
-        -delete -o -type d -empty -delete
     sync_file "$root/bufalloc/include/memlayer/status.h" "$core/memlayer-src/include/memlayer/status.h"
     sync_file "$root/migration/include/memlayer/migration.h" "$core/memlayer-src/include/memlayer/migration.h"
-  else
-    rm -rf "$core/memlayer-src"
   fi
   stamped+=(memlayer-core)
 fi
