@@ -39,12 +39,20 @@ memlayer_pocl71_test(pocl71_driver_own_engine "memlayer memlayer" $<TARGET_FILE:
 set_property(TEST pocl71_driver_own_engine APPEND PROPERTY ENVIRONMENT ${driver_env}
   "POCL_MEMLAYER_MIGRATION=0" "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
 # A device without ranged migrations (migration_ranges=0: as a CUDA or
-# remote device, whose migrations move whole buffers) keeps its contexts on
-# PoCL 7.1's own engine, whose sub-buffer loss then shows.
+# PoCL proxy device, each of its migrations moves its whole buffer whatever
+# range it names): memlayer's engine plans whole buffers in its contexts,
+# losing nothing (before, such contexts kept PoCL 7.1's own engine and its
+# sub-buffer loss showed). The seeded stress, every read checked, with such
+# a device among three: planned ranges into or out of it would overwrite
+# newer bytes.
 memlayer_pocl71_test(pocl71_driver_device_without_ranges "memlayer memlayer" $<TARGET_FILE:pocl_driver_test>
-  --gtest_filter=PoclDriver.AKernelsWriteToASubBufferIsReadThroughItsParent)
+  --gtest_filter=PoclDriver.AKernelsWriteToASubBufferIsReadThroughItsParent:PoclDriver.ASubBufferStepMovesWhatItsContextsDevicesCanMove)
 set_property(TEST pocl71_driver_device_without_ranges APPEND PROPERTY ENVIRONMENT
-  "POCL_MEMLAYER1_PARAMETERS=migration_ranges=0" "MEMLAYER_EXPECT_SUB_BUFFER_LOSS=1")
+  "POCL_MEMLAYER1_PARAMETERS=migration_ranges=0" "MEMLAYER_EXPECT_WHOLE_BUFFERS=1")
+memlayer_pocl71_test(pocl71_cl_stress_device_without_ranges "memlayer memlayer memlayer" $<TARGET_FILE:memlayer-cl-stress>
+  --ops 3000 --seed 9 --queues-per-device 2)
+set_property(TEST pocl71_cl_stress_device_without_ranges APPEND PROPERTY ENVIRONMENT
+  "POCL_MEMLAYER1_PARAMETERS=migration_ranges=0")
 memlayer_pocl71_test(pocl71_failure_own_engine_cancelled_write "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
   --gtest_filter=PoclFailure.ACancelledWriteLeavesThePreviousContent)
 set_property(TEST pocl71_failure_own_engine_cancelled_write APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER_MIGRATION=0")
@@ -65,6 +73,14 @@ memlayer_pocl71_test(pocl71_suite_runtime "memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address"
   --output-on-failure --timeout 300)
+# The same with device 1 moving whole buffers only (migration_ranges=0):
+# memlayer's engine plans whole buffers for the context.
+memlayer_pocl71_test(pocl71_suite_runtime_device_without_ranges "memlayer memlayer"
+  ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
+  -E "clCreateSubDevices|test_device_address"
+  --output-on-failure --timeout 300)
+set_property(TEST pocl71_suite_runtime_device_without_ranges APPEND PROPERTY ENVIRONMENT
+  "POCL_MEMLAYER1_PARAMETERS=migration_ranges=0")
 # The same on three memlayer devices (its migration tests use them all).
 # Also left out: clCreateProgramWithBinary, which fails on three of 7.1's own
 # cpu devices as well (CL_INVALID_VALUE from clGetProgramInfo at its line

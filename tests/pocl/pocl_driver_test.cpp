@@ -294,4 +294,67 @@ TEST_F(PoclDriver, AKernelsWriteToASubBufferIsReadThroughItsParent) {
   }
 }
 
+// What a sub-buffer step moves, and that nothing is lost, in a context whose
+// devices all honour byte-range migrations (memlayer's engine moves the
+// sub-buffer's bytes) and in one with a device that moves whole buffers
+// whatever range it is given (MEMLAYER_EXPECT_WHOLE_BUFFERS=1: the
+// pocl71_driver_device_without_ranges entry, device 1 with
+// migration_ranges=0): there the engine plans whole buffers for every
+// device (doc/pocl-driver.md, the capability), so the same steps move whole
+// parents, into and out of that device. Skipped where libpocl has no
+// migration counters or runs PoCL's own engine.
+TEST_F(PoclDriver, ASubBufferStepMovesWhatItsContextsDevicesCanMove) {
+  const char* own = std::getenv("POCL_MEMLAYER_MIGRATION");
+  if ((own != nullptr && std::string(own) == "0") || !find_migration_stats()) GTEST_SKIP() << "not memlayer's engine";
+  const char* whole_env = std::getenv("MEMLAYER_EXPECT_WHOLE_BUFFERS");
+  const bool whole = whole_env != nullptr && std::string(whole_env) == "1";
+  std::vector<std::uint32_t> model(kElements);
+  std::iota(model.begin(), model.end(), 0u);
+  Mem parent = buffer(CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, model.data());
+  const std::size_t quarter = kElements / 4, quarter_bytes = kBytes / 4;
+  std::vector<Mem> quarters;
+  for (std::size_t q = 0; q < 4; ++q) {
+    cl_buffer_region r{q * quarter_bytes, quarter_bytes};
+    cl_int err = CL_SUCCESS;
+    quarters.emplace_back(clCreateSubBuffer(parent.get(), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err));
+    ASSERT_EQ(err, CL_SUCCESS);
+  }
+  Kernel affine = kernel("affine");
+  // A kernel adding `add` to quarter q on device d.
+  auto step = [&](unsigned d, std::size_t q, cl_uint add) {
+    cl_mem m = quarters[q].get();
+    const cl_uint mul = 1;
+    ASSERT_EQ(clSetKernelArg(affine.get(), 0, sizeof m, &m), CL_SUCCESS);
+    ASSERT_EQ(clSetKernelArg(affine.get(), 1, sizeof m, &m), CL_SUCCESS);
+    ASSERT_EQ(clSetKernelArg(affine.get(), 2, sizeof mul, &mul), CL_SUCCESS);
+    ASSERT_EQ(clSetKernelArg(affine.get(), 3, sizeof add, &add), CL_SUCCESS);
+    ASSERT_EQ(clEnqueueNDRangeKernel(queue(d), affine.get(), 1, nullptr, &quarter, nullptr, 0, nullptr, nullptr),
+              CL_SUCCESS);
+    ASSERT_EQ(clFinish(queue(d)), CL_SUCCESS);
+    for (std::size_t i = q * quarter; i < (q + 1) * quarter; ++i) model[i] += add;
+  };
+  const std::uint64_t expected = whole ? kBytes : quarter_bytes;
+
+  // Into device 0 (it honours ranges) from the host copy.
+  migration_stats(true);
+  step(0, 2, 1000);
+  EXPECT_EQ(migration_stats(true).moved(), expected) << "into device 0";
+  // Into device 1 (without ranges in the whole-buffer run) from device 0.
+  step(1, 2, 20000);
+  EXPECT_EQ(migration_stats(true).moved(), expected) << "into device 1";
+  // Out of device 1 into device 0.
+  step(0, 2, 300000);
+  EXPECT_EQ(migration_stats(true).moved(), expected) << "out of device 1";
+  // Device 1 holds the rest complete: a step on another quarter there.
+  step(1, 0, 4000000);
+
+  std::vector<std::uint32_t> got(kElements);
+  ASSERT_EQ(clEnqueueReadBuffer(queue(0), parent.get(), CL_TRUE, 0, kBytes, got.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(got, model);
+  ASSERT_EQ(clEnqueueReadBuffer(queue(1), parent.get(), CL_TRUE, 0, kBytes, got.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(got, model);
+}
+
 }  // namespace

@@ -166,6 +166,16 @@ inline bool migrates_d2d_ranges(cl_device_id dev) {
 #endif
 }
 
+/// Whether `dev`'s driver copies from another device itself at all (a whole
+/// buffer, unless migrates_d2d_ranges()).
+inline bool migrates_d2d(cl_device_id dev) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  return dev->ops->migrate_d2d != nullptr || migrates_d2d_ranges(dev);
+#else
+  return migrates_d2d_ranges(dev);
+#endif
+}
+
 /// PoCL 7.1 keeps in each sub-buffer its parent's storage address plus its
 /// origin (per device, and the host copy's), and the commands that use a
 /// sub-buffer read it there. Call with `parent` locked whenever its storage

@@ -174,9 +174,11 @@ struct ContextState {
   PoclHost host{*this};
   memlayer::engine::Engine engine{host};
   memlayer::pocl_core::MigrationRetries retries;
-  // Whether the engine runs this context's commands (pocl_ml_runs_context):
-  // every device computes on the host copy or honours byte-range migrations.
-  bool engine_runs = true;
+  // A device of this context moves whole buffers whatever range its
+  // migration commands name (it lacks honours_migration_ranges): every use
+  // is then planned over its whole buffer (whole_use()), so every copy the
+  // engine makes, into or out of any device, is of a whole buffer.
+  bool whole_buffers = false;
 
   cl_device_id device(Location at) const { return device_at[at] < 0 ? nullptr : ctx->devices[device_at[at]]; }
   // Where a migration reads: a device, or the host copy (nullptr) even when
@@ -516,7 +518,7 @@ ContextState* context_state(cl_context ctx, const char** error) {
     }
     const Location loc = location_of(d);
     if (state->device_at[loc] < 0) state->device_at[loc] = static_cast<int>(i);
-    if (loc != kHost && !compat::honours_migration_ranges(d)) state->engine_runs = false;
+    if (loc != kHost && !compat::honours_migration_ranges(d)) state->whole_buffers = true;
   }
   // A direct path src -> dst where the destination's driver copies from
   // the source device itself (PoCL runs a D2D migration on the
@@ -526,7 +528,9 @@ ContextState* context_state(cl_context ctx, const char** error) {
       cl_device_id src = ctx->devices[s];
       cl_device_id dst = ctx->devices[t];
       if (location_of(src) == location_of(dst) || location_of(src) == kHost || location_of(dst) == kHost) continue;
-      if (!compat::migrates_d2d_ranges(dst) || dst->ops->can_migrate_d2d == nullptr) continue;
+      // With whole buffers only, any driver's device-to-device copy will do.
+      const bool direct = state->whole_buffers ? compat::migrates_d2d(dst) : compat::migrates_d2d_ranges(dst);
+      if (!direct || dst->ops->can_migrate_d2d == nullptr) continue;
       const int priority = dst->ops->can_migrate_d2d(dst, src);
       if (priority <= 0) continue;
       state->cost.set_direct(location_of(src), location_of(dst), {kPeerLatency / priority, kPeerBandwidth * priority});
@@ -621,6 +625,15 @@ thread_local Scratch t_scratch;
 [[gnu::noinline]] Scratch& scratch() { return t_scratch; }
 
 #if MEMLAYER_POCL_MAJOR >= 7
+// `u` over a whole buffer of `size` bytes, for contexts with a device that
+// moves only whole buffers (ContextState::whole_buffers): a read reads it
+// all; a write of part of it reads the rest, which must stay as it was
+// wherever the command leaves the only complete copy.
+memlayer::migration::Use whole_use(memlayer::migration::Use u, std::uint64_t size) {
+  if (u.offset == 0 && u.size == size) return u;
+  return {0, size, memlayer::migration::writes(u.access) ? Access::read_write : Access::read};
+}
+
 // How a command uses an entry's bytes (pocl_buffer_migration_info::access).
 Access access_of(const pocl_buffer_migration_info& entry) {
   switch (entry.access) {
@@ -741,7 +754,7 @@ int pocl_ml_runs_context(cl_context context) {
   if (!pocl_ml_migration_enabled()) return 0;
   const char* error = nullptr;
   ContextState* cs = context_state(context, &error);
-  return cs != nullptr && cs->engine_runs ? 1 : 0;
+  return cs != nullptr ? 1 : 0;
 }
 
 cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
@@ -764,6 +777,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
       u.use.offset += mem->origin;
       mem = mem->parent;
     }
+    if (cs->whole_buffers) u.use = whole_use(u.use, mem->size);
     BufferState* b = buffer_state(*cs, mem);
     POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
     u.buffer = &b->tracked;

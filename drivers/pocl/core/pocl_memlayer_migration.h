@@ -46,10 +46,11 @@ int pocl_ml_migration_enabled (void);
 
 #ifdef BUILD_MEMLAYER_ENGINE
 /* PoCL 7.1: 1 when memlayer's engine decides the migrations of `context`'s
- * commands: it is enabled (above) and each of the context's devices either
- * computes on the host memory (PoCL's CPU devices) or honours byte-range
- * migrations (cl_device_id: honours_migration_ranges). Decided once per
- * context. O(1) after the first call. */
+ * commands: it is enabled (above). It plans byte ranges when each of the
+ * context's devices either computes on the host memory (PoCL's CPU devices)
+ * or honours byte-range migrations (cl_device_id: honours_migration_ranges),
+ * else whole buffers for all of them. Decided once per context. O(1) after
+ * the first call. */
 int pocl_ml_runs_context (cl_context context);
 
 /* PoCL 7.1's pocl_create_command_full() for the contexts the engine runs.

@@ -144,6 +144,7 @@ void MemlayerDevice::worker(unsigned index) {
       compat::fail_event(event, why.c_str());
     } else {
       if (migration) compat::migration_ended(node);
+      if (migration && !params_.migration_ranges) compat::widen_to_whole_buffer(node);
       pocl_exec_command(node);
     }
     lock.lock();

@@ -23,11 +23,14 @@
 //   fault_seed     the seed of those draws, default 1
 //   migration_ranges  1 (default): the device declares that its migrations
 //                  move only their byte range (PoCL 7.1's
-//                  honours_migration_ranges), so memlayer's engine may run
-//                  its contexts; 0: it does not, as a driver without the
-//                  capability (CUDA, remote), and every context with it keeps
-//                  PoCL 7.1's own engine. For testing that fallback; no
-//                  effect on PoCL 3.1, whose patch gives every driver ranges
+//                  honours_migration_ranges), so memlayer's engine plans
+//                  byte ranges for it; 0: it behaves as a driver without the
+//                  capability (CUDA, PoCL's proxy): it does not declare it,
+//                  and each migration it runs moves its whole buffer,
+//                  whatever range it names; memlayer's engine then plans
+//                  whole buffers in every context with it. For testing that
+//                  fallback; no effect on PoCL 3.1, whose patch gives every
+//                  driver ranges
 //   svm_space      the address space reserved for the process's SVM
 //                  allocations (drivers/pocl/src/svm.hpp), default 64G of
 //                  addresses (no memory until used); 0: the device offers no

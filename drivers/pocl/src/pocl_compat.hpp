@@ -309,6 +309,20 @@ inline void declare_range_migrations(cl_device_id device) {
   (void)device;
 #endif
 }
+/// Makes migration command `node` move its whole buffer, as a driver
+/// without the capability above does whatever range it is given (the
+/// parameter migration_ranges=0 makes this driver one, for testing how
+/// memlayer's engine copes). 7.1 with memlayer's engine only: elsewhere a
+/// migration names no range.
+inline void widen_to_whole_buffer(_cl_command_node* node) {
+#if MEMLAYER_POCL_MAJOR >= 7 && defined(BUILD_MEMLAYER_ENGINE)
+  if (node->migr_infos == nullptr) return;
+  node->migr_infos->offset = 0;
+  node->migr_infos->size = 0;
+#else
+  (void)node;
+#endif
+}
 using MigrateD2DRange = int (*)(cl_device_id, cl_device_id, cl_mem, size_t, size_t, pocl_mem_identifier*,
                                 pocl_mem_identifier*);
 inline void set_migrate_d2d_range(pocl_device_ops* ops, MigrateD2DRange f) {
