@@ -237,15 +237,12 @@ bool RangeVersions::restore_writer(Event writer) {
   return found;
 }
 
-// Drops record `index`'s references; the caller removes the record.
+// Drops record `index`'s references; the caller removes the record, or
+// leaves it spent (before first_undo_), where nothing reads it.
 void RangeVersions::forget_undo(std::size_t index) {
-  Undo& r = undo_[index];
+  const Undo& r = undo_[index];
   drop_span(r.before);
   ops_.drop(r.writer);
-  r.writer = nullptr;
-  r.before.holders.clear();
-  r.before.readers.clear();
-  r.before.last_writer = nullptr;
 }
 
 // Puts back what record `index` says its bytes were before its writer,
@@ -499,7 +496,7 @@ void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size
     while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
   }
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
-  undo_.push_back(Undo{command, at, offset, size, std::move(s)});  // leaves s's lists empty (brace init: clang 14 has no parenthesized aggregate init)
+  undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
   s.version = version;
   s.anywhere = false;
   s.holders.push_back(Holder{at, command});

@@ -181,9 +181,15 @@ class RangeVersions {
   // What one span was before an unfinished writer wrote it, kept until the
   // writer completes (dropped) or fails (put back): see settle().
   struct Undo {
-    Event writer;
-    Location at;  // where the writer runs
-    std::uint64_t offset, size;
+    Undo() = default;
+    // Built in place in undo_; a moved-from `s` is left with empty lists.
+    Undo(Event w, Location where, std::uint64_t off, std::uint64_t n, Span&& s)
+        : writer(w), at(where), offset(off), size(n), before(std::move(s)) {}
+    Undo(Event w, Location where, std::uint64_t off, std::uint64_t n, const Span& s)
+        : writer(w), at(where), offset(off), size(n), before(s) {}
+    Event writer = nullptr;
+    Location at = 0;  // where the writer runs
+    std::uint64_t offset = 0, size = 0;
     Span before;  // its holders may be empty: the content was evicted since
   };
 
