@@ -19,6 +19,8 @@ foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_t
 endforeach()
 
 memlayer_pocl_engine_suite(pocl71 "${MEMLAYER_POCL71_ENV}" cpu pocl71_ pocl71_)
+# 7.1's command buffers replay their commands with the bytes they name.
+set_property(TEST pocl71_migration APPEND PROPERTY ENVIRONMENT "MEMLAYER_EXPECT_COMMAND_BUFFER=1")
 
 set(driver_env
   "POCL_MEMLAYER0_PARAMETERS=global_mem=48M,local_mem=32K,compute_units=2"
