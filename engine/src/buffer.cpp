@@ -93,4 +93,9 @@ std::uint64_t Buffer::bytes_lost() const {
   return versions_.bytes_lost();
 }
 
+void Buffer::walk(const std::function<void(const migration::SpanInfo&)>& visit) const {
+  std::lock_guard lock(mutex_);
+  versions_.walk(visit);
+}
+
 }  // namespace memlayer::engine

@@ -1,5 +1,7 @@
 #include "transaction.hpp"
 
+#include "memlayer/migration/detail/reserve.hpp"
+
 #include <algorithm>
 #include <new>
 #include <stdexcept>
@@ -35,11 +37,14 @@ std::optional<EnqueueError> Transaction::run() {
     }
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
+    // The rest of commit_all()'s room (plan_all() made the storages'):
+    // a wait per copy and per fence of the command's storage.
+    if (!failed) migration::detail::reserve_more(out_.waits_, s_.copy_events.size() + fence_waits_);
   } catch (const std::bad_alloc&) {
     failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
   }
   if (failed) return fail(std::move(*failed));
-  commit_all();
+  commit_all();  // allocates nothing: the plans, plan_all() and the reserve above made the room
   release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
@@ -147,6 +152,7 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   Storage& st = b.storage(loc);
   if (st.allocated) return std::nullopt;
   bool wrote_back = false;  // then only buffers with nothing to write back are evicted
+  if (!for_eviction) migration::detail::reserve_more(s_.placed, 1);  // before there is storage to lose
   for (;;) {
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
     if (a.outcome == Allocation::Outcome::ok) {
@@ -188,9 +194,9 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
 void Transaction::wait_for_room(std::span<const Event> events, Retain when) {
   for (Event e : events) {
     if (std::find(s_.room_after.begin(), s_.room_after.end(), e) != s_.room_after.end()) continue;
+    s_.room_after.push_back(e);  // first: out of memory, nothing is held
     if (when == Retain::now) host_.retain(e, 1);
     else hold(e);
-    s_.room_after.push_back(e);
   }
 }
 
@@ -354,8 +360,8 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
     if (e == nullptr) continue;  // made synchronously
     victim.add_user(st, e);
     victim.add_user(victim.storage(kHost), e);
-    victim.hold(e);
     st.write_backs.push_back(e);
+    victim.hold(e);
     wait_for_room(std::span(&e, 1), Retain::batched);
   }
   s_.copy_events.resize(*first_event);
@@ -375,7 +381,9 @@ void Transaction::count_write_back(const migration::Plan& plan) {
 
 // Each buffer is planned in one scratch plan, which stays in cache; its
 // waits become the command's at once (they are released if the enqueue
-// fails), and only a plan with copies is kept for the later steps.
+// fails), and only a plan with copies is kept for the later steps. The
+// storages get room for the users commit_all() records (it must not fail
+// half-way).
 std::optional<EnqueueError> Transaction::plan_all() {
   const migration::CostModel& cost = host_.cost_model();
   std::size_t kept = 0;
@@ -388,6 +396,11 @@ std::optional<EnqueueError> Transaction::plan_all() {
     }
     count_lost(g.buffer->versions_.bytes_lost() - lost);
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
+    // commit_all()'s room in the storages: a user per copy and the command.
+    const std::size_t users = s_.planning.copies.size() + 1;
+    Storage& st = g.buffer->storage(at_);
+    migration::detail::reserve_more(st.users, users);
+    fence_waits_ += st.fences.size();
     if (s_.planning.copies.empty()) continue;
     if (kept == s_.with_copies.size()) s_.with_copies.emplace_back();
     std::swap(s_.with_copies[kept], s_.planning);  // the swapped-out plan's capacity is reused
@@ -400,7 +413,11 @@ std::optional<EnqueueError> Transaction::plan_all() {
           return error(EnqueueError::Code::host_failed,
                        "the planner chose " + where(end) + ", where the buffer has no storage");
         }
+        migration::detail::reserve_more(g.buffer->storage(end).users, users);
       }
+      c.also.for_each([&](Location l) {
+        if (Storage& other = g.buffer->storage(l); other.allocated) migration::detail::reserve_more(other.users, users);
+      });
     }
   }
   return std::nullopt;
@@ -426,6 +443,11 @@ std::optional<EnqueueError> Transaction::create_copies() {
 // this buffer's copies), and the fences of its destination storage.
 bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind) {
   const std::size_t first_dep = s_.deps.size();
+  // Room first for every record of the copy: a dependency held, or a copy
+  // the host made, is let go of only through a Pending.
+  migration::detail::reserve_more(s_.deps, c.wait.size() + 1 + b.storage(c.dst).fences.size());
+  migration::detail::reserve_more(s_.pending, 1);
+  migration::detail::reserve_more(s_.copy_events, 1);
   for (Event e : c.wait) add_dep(e, first_dep);
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
   for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
@@ -445,7 +467,12 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
                   c.size,
                   std::span(s_.deps).subspan(first_dep, dep_count),
                   s_.also};
-  CopyHandle h = host_.create_copy(req);
+  CopyHandle h;
+  try {
+    h = host_.create_copy(req);
+  } catch (const std::bad_alloc&) {
+    h = {};  // as a host that could not make it
+  }
   if (h.completed || h.event == nullptr) {
     for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);
     s_.deps.resize(first_dep);
@@ -522,15 +549,15 @@ void Transaction::start_copies() {
 void Transaction::add_dep(Event e, std::size_t from) {
   if (e == nullptr) return;
   if (std::find(s_.deps.begin() + static_cast<std::ptrdiff_t>(from), s_.deps.end(), e) != s_.deps.end()) return;
+  s_.deps.push_back(e);  // first: out of memory, nothing is held
   hold(e);
-  s_.deps.push_back(e);
 }
 
 void Transaction::add_wait(Event e) {
   if (e == nullptr || e == command_) return;
   if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  out_.waits_.push_back(e);  // first: out of memory, nothing is held
   hold(e);
-  out_.waits_.push_back(e);
 }
 
 void Transaction::count_lost(std::uint64_t bytes) {

@@ -106,6 +106,7 @@ class Transaction {
   EnqueueScratch& s_;
   std::uint64_t stamp_ = 0;
   std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
+  std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
 };
 

@@ -1,5 +1,7 @@
 #include "memlayer/migration/range_versions.hpp"
 
+#include "memlayer/migration/detail/reserve.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -25,14 +27,15 @@ void add_unique(List& list, Event e) {
 
 // Calls f(begin, end, access) for each maximal piece of the uses' union with
 // one combined access, in offset order: where uses overlap, any read of old
-// content plus any write makes read_write.
+// content plus any write makes read_write. `cuts` is scratch: once it has
+// had room for these uses, the call allocates nothing.
 template <class F>
-void for_each_piece(std::span<const Use> uses, F&& f) {
+void for_each_piece(std::span<const Use> uses, std::vector<std::uint64_t>& cuts, F&& f) {
   if (uses.size() == 1) {  // the common case, without the sweep
     f(uses[0].offset, uses[0].offset + uses[0].size, uses[0].access);
     return;
   }
-  std::vector<std::uint64_t> cuts;
+  cuts.clear();
   cuts.reserve(uses.size() * 2);
   for (const Use& u : uses) {
     cuts.push_back(u.offset);
@@ -109,8 +112,9 @@ RangeVersions::SpanMap::iterator RangeVersions::split_at(std::uint64_t offset) {
   if (offset >= size_) return spans_.end();
   auto it = span_containing(offset);
   if (it->first == offset) return it;
-  hold_span(it->second);  // the new span shares every event reference
-  return spans_.emplace_hint(std::next(it), offset, it->second);
+  auto made = spans_.emplace_hint(std::next(it), offset, it->second);
+  hold_span(made->second);  // the new span shares every event reference (once it exists)
+  return made;
 }
 
 void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
@@ -455,7 +459,7 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
     if (first_undo_ != undo_.size()) trim_completed();
     const Span& s = spans_.begin()->second;
     if (!settled(s, for_write)) settle_range(0, size_, for_write);  // changes spans_: look again
-    const Span& t = spans_.begin()->second;
+    Span& t = spans_.begin()->second;
     const Holder* h = holder(t, at);
     if (h == nullptr && reads_old_content(access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
     // plan_waits(), with the common holder ready with the last writer
@@ -464,14 +468,47 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
     if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
     if (for_write)
       for (Event r : t.readers) add_unique(out.wait, r);
+    // prepare_commit(), inline for the common case: no copy, no cut.
+    if (!out.copies.empty()) prepare_commit(uses, out);
+    else if (for_write) detail::reserve_more(undo_, 1);
+    else t.readers.reserve(t.readers.size() + 1);
     return;
   }
   for (const Use& u : uses) settle_range(u.offset, u.offset + u.size, writes(u.access));
-  for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+  for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const auto first = span_containing(begin);
     if (reads_old_content(access)) plan_fetch(first, begin, end, at, cost, out);
     for (auto it = first; it != spans_.end() && it->first < end; ++it) plan_waits(it->second, access, at, out);
   });
+  prepare_commit(uses, out);
+}
+
+// Makes room now for what commit() of this plan adds, so that it allocates
+// nothing: a commit cannot then fail half-way, and an enqueue that fails
+// after its plans (out of host memory) changes no content. The spans are
+// cut where the copies and uses begin and end (identical halves: content
+// and versions unchanged; commit() merges what stays equal), and each span
+// they cover gets room for the holders and readers a commit adds (a staged
+// copy: two of each, and the command), and each span written an undo
+// record.
+void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) {
+  const std::size_t spans_before = spans_.size();
+  std::size_t written = 0;
+  auto room = [&](std::uint64_t begin, std::uint64_t end, bool write) {
+    auto first = split_at(begin);
+    split_at(end);
+    for (auto it = first; it != spans_.end() && it->first < end; ++it) {
+      it->second.holders.reserve(it->second.holders.size() + 2);
+      it->second.readers.reserve(it->second.readers.size() + 3);
+      if (write) ++written;
+    }
+  };
+  for (const Copy& c : plan.copies) room(c.offset, c.offset + c.size, false);
+  for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+    room(begin, end, writes(access));
+  });
+  detail::reserve_more(undo_, written);
+  cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only
@@ -531,13 +568,14 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   // write that rewrites exactly one existing span gives it a version no
   // other span has. Skip the merge pass then (the common, whole-buffer
   // case); it runs when spans were cut, or one version now covers several.
-  bool reshaped = !plan.copies.empty();
+  bool reshaped = !plan.copies.empty() || cut_in_plan_;
+  cut_in_plan_ = false;
   bool writes_any = false;
   for (const Use& u : uses) writes_any = writes_any || writes(u.access);
   const std::uint64_t version = writes_any ? next_version_++ : 0;
   int written_pieces = 0;
 
-  for_each_piece(uses, [&](std::uint64_t begin, std::uint64_t end, Access access) {
+  for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
     const std::size_t spans_before = spans_.size();
     auto first = split_at(begin);
     split_at(end);

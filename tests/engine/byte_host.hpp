@@ -114,8 +114,8 @@ class ByteHost final : public Host {
       a.message = r.error().message();
       for (const Quarantine& q : deferred_) {
         if (q.at != at) continue;
-        ++q.fence->refs;  // handed to the engine
         a.room_after.push_back(q.fence);
+        ++q.fence->refs;  // handed to the engine (once the list holds it)
       }
       return a;
     }
@@ -127,8 +127,8 @@ class ByteHost final : public Host {
     ++live_storage;
     for (const Quarantine& q : quarantine_) {
       if (q.at == at && !q.fence->done && q.offset < address + size && address < q.offset + q.size) {
-        ++q.fence->refs;  // handed to the engine
         a.fences.push_back(q.fence);
+        ++q.fence->refs;  // handed to the engine (once the list holds it)
       }
     }
     return a;
@@ -161,7 +161,7 @@ class ByteHost final : public Host {
     }
     if (refuse_copy_after > 0) --refuse_copy_after;
     Task& t = new_task();
-    t.refs = 1;  // the handle's
+    t.deps.reserve(r.after.size());  // submit_copy() must not fail
     std::uint8_t* from = bytes(r.src, r.src_storage) + r.offset;
     std::uint8_t* to = bytes(r.dst, r.dst_storage) + r.offset;
     const std::uint64_t n = r.size;
@@ -175,6 +175,7 @@ class ByteHost final : public Host {
       const std::uint8_t* alt = bytes(other.at, other.storage) + r.offset;
       t.other_work = [alt, to, n] { std::memmove(to, alt, n); };
     }
+    t.refs = 1;  // the handle's, once nothing can fail any more
     ++copies_created;
     moved += n;
     CopyHandle h;

@@ -101,6 +101,12 @@ memlayer_pocl71_test(pocl71_suite_regression_3dev "memlayer memlayer memlayer"
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^regression/"
   --output-on-failure --timeout 300)
 
+# These run PoCL's own tests in PoCL's build folder, one at a time: two runs
+# of one test at once race on what it writes there (test_kernel_cache_includes
+# rewrites its include files: one run then built the other's kernel).
+set_property(TEST pocl71_suite_runtime pocl71_suite_runtime_device_without_ranges pocl71_suite_runtime_3dev
+  pocl71_suite_regression pocl71_suite_regression_3dev PROPERTY RESOURCE_LOCK pocl71_build_folder)
+
 # A bad device parameter: the device is left out and stderr says why.
 memlayer_pocl71_test(pocl71_bad_parameter memlayer $<TARGET_FILE:memlayer-cl-stress> --ops 1)
 set_property(TEST pocl71_bad_parameter APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER0_PARAMETERS=size=1G")
@@ -179,6 +185,7 @@ memlayer_pocl71_remote_test(pocl71_remote_suite_runtime 2 memlayer
   ${CMAKE_CTEST_COMMAND} --test-dir ${MEMLAYER_POCL71_BUILD_DIR} -R "^runtime/"
   -E "clCreateSubDevices|test_device_address|clBuildProgram$|test_kernel_cache_includes|clFinish|clCreateKernelsInProgram|test_command_buffer_multi_device|test_compile_n_link"
   --output-on-failure --timeout 300)
+set_property(TEST pocl71_remote_suite_runtime APPEND PROPERTY RESOURCE_LOCK pocl71_build_folder)
 # pocl-cluster.sh's bad inputs: exit status 1 and one line naming the
 # problem; no server starts.
 function(memlayer_cluster_error_test name message)

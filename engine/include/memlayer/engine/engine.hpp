@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <list>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -83,6 +84,10 @@ class Buffer {
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
   /// Bytes whose content was lost to failures so far (RangeVersions::bytes_lost).
   [[nodiscard]] std::uint64_t bytes_lost() const;
+  /// The spans in offset order (RangeVersions::walk): their versions and
+  /// where each is valid. `visit` must not call back into the engine.
+  /// O(spans).
+  void walk(const std::function<void(const migration::SpanInfo&)>& visit) const;
 
  private:
   friend class Engine;
@@ -112,8 +117,8 @@ class Buffer {
   void add_user(Storage& s, Event e) {
     if (!s.users.empty() && s.users.back() == e) return;
     if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
+    s.users.push_back(e);  // first: out of memory, nothing is held
     hold(e);
-    s.users.push_back(e);
   }
   void prune_users(Storage& s);
   void drop_storage_events(Storage& s);

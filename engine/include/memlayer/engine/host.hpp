@@ -171,7 +171,11 @@ class Host {
   /// here, synchronously, when its `after` has all finished: the storage can
   /// then be freed at once (`completed`).
   virtual CopyHandle create_copy(const CopyRequest& request) = 0;
-  /// Starts a copy after `deps` (retained by the engine for the call).
+  /// Starts a copy after `deps` (retained by the engine for the call; the
+  /// same events as its request's `after`). It must not fail: the engine
+  /// has recorded the copy's effects by then, so what starting it needs is
+  /// made in create_copy() (out of host memory there, the enqueue fails
+  /// cleanly).
   virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) = 0;
   /// Drops a copy that will never run (its enqueue failed).
   virtual void discard_copy(CopyHandle copy) noexcept = 0;

@@ -97,15 +97,20 @@ class RangeVersions {
   /// size > 0; at < kMaxLocations. Changes nothing.
   /// Settles the spans it touches first (above: failures), which changes no
   /// content the runtime could still see: a later commit, or none, is valid.
-  /// Complexity O(log spans + spans touched × (locations + readers +
-  /// unfinished writers)).
+  /// It also makes all the room commit() will need (cutting spans where the
+  /// uses and copies begin and end, into identical halves), so that
+  /// commit() allocates nothing. Throws std::bad_alloc out of host memory,
+  /// with no content changed. Complexity O(log spans + spans touched ×
+  /// (locations + readers + unfinished writers)).
   void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out);
 
   /// Records a plan made by plan() with the same uses and location, with no
   /// other change in between: `copy_events[i]` is the event of
   /// plan.copies[i], `command` the command's own event (each may be nullptr
   /// when the runtime has none). Takes a reference (EventOps::retain) on every
-  /// event it keeps. Complexity as plan().
+  /// event it keeps. Allocates nothing (plan() made the room), so it cannot
+  /// fail half-way: an enqueue is all or nothing even out of host memory.
+  /// Complexity as plan().
   void commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses, Location at,
               Event command);
 
@@ -221,6 +226,7 @@ class RangeVersions {
                                          const CostModel& cost) const;
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
+  void prepare_commit(std::span<const Use> uses, const Plan& plan);
 
   std::uint64_t size_;
   const EventOps& ops_;
@@ -229,6 +235,8 @@ class RangeVersions {
   std::uint64_t bytes_lost_ = 0;
   std::vector<Undo> undo_;  // in commit order; [0, first_undo_) are spent
   std::size_t first_undo_ = 0;
+  std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
+  bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
 };
 
 }  // namespace memlayer::migration

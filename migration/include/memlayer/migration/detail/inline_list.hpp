@@ -59,6 +59,11 @@ class InlineList {
     if (size_ == capacity_) grow();
     begin()[size_++] = v;
   }
+  /// Room for `n` elements, so that adding up to there allocates nothing.
+  /// Throws std::bad_alloc. O(size) when it grows.
+  void reserve(std::uint32_t n) {
+    while (capacity_ < n) grow();
+  }
   /// Inserts before `pos`. O(size).
   void insert(const T* pos, const T& v) {
     const auto i = static_cast<std::uint32_t>(pos - begin());

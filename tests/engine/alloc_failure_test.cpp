@@ -1,0 +1,181 @@
+// An enqueue is all or nothing when the host's memory runs out too: every
+// allocation an enqueue makes is made to fail in turn (this binary's
+// operator new counts down), and each such enqueue must return an error and
+// leave every buffer as it was (its spans, their versions and holders, its
+// storage), with no exception escaping. A scripted run exercises what the
+// engine records: imports into two devices, sub-range writes that split
+// spans, readers beyond the inline two, undo records, and copies.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <ostream>
+#include <vector>
+
+#include "byte_host.hpp"
+
+namespace {
+// Allocations left before one fails; negative: none fails.
+std::atomic<long> g_allocations_left{-1};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_allocations_left.load(std::memory_order_relaxed) >= 0 &&
+      g_allocations_left.fetch_sub(1, std::memory_order_relaxed) == 0)
+    throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace memlayer;
+using namespace memlayer::engine;
+using engine::testing::ByteHost;
+using engine::testing::HostBuffer;
+using engine::testing::Task;
+using migration::Access;
+using migration::kHost;
+
+namespace {
+
+struct SpanState {
+  std::uint64_t offset, size, version;
+  std::uint64_t valid;  // LocationSet's bits
+  friend bool operator==(const SpanState&, const SpanState&) = default;
+};
+
+struct BufferState {
+  std::vector<SpanState> spans;
+  std::vector<bool> storage;  // by location
+  friend bool operator==(const BufferState&, const BufferState&) = default;
+};
+
+void PrintTo(const BufferState& b, std::ostream* os) {
+  for (const SpanState& s : b.spans)
+    *os << "[" << s.offset << ", +" << s.size << ") v" << s.version << " at 0x" << std::hex << s.valid << std::dec << "; ";
+  *os << "storage";
+  for (bool st : b.storage) *os << " " << st;
+}
+
+class AllocationFailure : public ::testing::Test {
+ protected:
+  AllocationFailure() : host_(3, 64 << 10, 1) {}
+  ~AllocationFailure() override {
+    host_.run_all();
+    sub_.clear();
+    buffers_.clear();
+    cookies_.clear();
+    engine_.reset();
+    EXPECT_EQ(host_.outstanding_refs(), 0) << "event references the engine never dropped";
+  }
+
+  Buffer& make(std::uint64_t size) {
+    cookies_.push_back(std::make_unique<HostBuffer>());
+    cookies_.back()->host_copy.assign(size, 0x5A);
+    buffers_.push_back(std::make_unique<Buffer>(*engine_, cookies_.back().get(), size, true));
+    return *buffers_.back();
+  }
+
+  std::vector<BufferState> snapshot() const {
+    std::vector<BufferState> all;
+    for (const auto& b : buffers_) {
+      BufferState s;
+      b->walk([&](const migration::SpanInfo& i) {
+        std::uint64_t bits = 0;
+        i.valid.for_each([&](Location l) { bits |= std::uint64_t{1} << l; });
+        // Where the spans are cut is no content: neighbours alike are one.
+        if (!s.spans.empty() && s.spans.back().version == i.version && s.spans.back().valid == bits)
+          s.spans.back().size += i.size;
+        else
+          s.spans.push_back({i.offset, i.size, i.version, bits});
+      });
+      for (Location at = 0; at <= 3; ++at) s.storage.push_back(b->has_storage(at));
+      all.push_back(std::move(s));
+    }
+    return all;
+  }
+
+  // Enqueues `uses` at `at` with the k-th allocation failing, for k = 0, 1,
+  // ... until an enqueue succeeds: each failed one must change nothing.
+  // Returns how many allocations the enqueue made.
+  long enqueue_through_failures(const std::vector<BufferUse>& uses, Location at) {
+    for (long k = 0;; ++k) {
+      const auto before = snapshot();
+      const int storage = host_.live_storage;
+      Task& cmd = host_.command(nullptr);
+      std::optional<EnqueueError> failed;
+      bool escaped = false;
+      g_allocations_left.store(k);
+      try {
+        failed = engine_->enqueue(uses, at, &cmd, sub_);
+      } catch (const std::bad_alloc&) {
+        escaped = true;
+      }
+      const bool ran_out = g_allocations_left.exchange(-1) < 0;
+      if (escaped) {
+        // The engine's state is undefined now (its buffers may stay
+        // locked): end here rather than hang in the destructors.
+        std::fprintf(stderr, "FAILED: allocation %ld: std::bad_alloc escaped the enqueue\n", k);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+      if (!failed) {
+        EXPECT_FALSE(ran_out) << "allocation " << k << " failed, yet the enqueue succeeded";
+        host_.start(cmd, sub_.waits());
+        sub_.clear();  // its references to the waits: the next attempt starts from none
+        return k;
+      }
+      EXPECT_TRUE(ran_out) << "allocation " << k << ": " << failed->message;
+      EXPECT_EQ(failed->code, EnqueueError::Code::host_out_of_memory) << failed->message;
+      EXPECT_EQ(snapshot(), before) << "allocation " << k << " failed: a version, holder or storage changed";
+      EXPECT_EQ(host_.live_storage, storage) << "allocation " << k;
+
+      EXPECT_TRUE(sub_.waits().empty());
+      host_.start(cmd, {});  // the host's own command, never used by the engine
+      if (::testing::Test::HasFailure()) return k;
+    }
+  }
+
+  ByteHost host_;
+  std::unique_ptr<Engine> engine_ = std::make_unique<Engine>(host_);
+  Submission sub_;
+  std::vector<std::unique_ptr<HostBuffer>> cookies_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+TEST_F(AllocationFailure, EveryFailedAllocationFailsTheEnqueueAndChangesNothing) {
+  Buffer& a = make(8192);
+  Buffer& b = make(8192);
+  struct Step {
+    std::vector<BufferUse> uses;
+    Location at;
+  };
+  const std::vector<Step> script = {
+      {{{&a, {0, 8192, Access::read}}}, 1},                                      // import: a copy, a storage
+      {{{&a, {1024, 2048, Access::read_write}}, {&b, {0, 4096, Access::read}}}, 2},  // splits, two buffers
+      {{{&a, {0, 8192, Access::read}}}, 3},                                      // pieces from two sources
+      {{{&a, {512, 512, Access::read}}}, 1},
+      {{{&a, {512, 512, Access::read}}}, 2},
+      {{{&a, {512, 512, Access::read}}}, 3},  // a third reader: beyond the inline two
+      {{{&a, {0, 8192, Access::overwrite}}, {&b, {4096, 4096, Access::write}}}, 1},
+      {{{&b, {0, 8192, Access::read_write}}, {&a, {100, 200, Access::read}}}, kHost},
+  };
+  long allocations = 0;
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    allocations += enqueue_through_failures(script[i].uses, script[i].at);
+    ASSERT_FALSE(HasFailure()) << "step " << i;
+    if (i % 2 == 1) host_.run_all();  // some records end, others stay unfinished
+  }
+  EXPECT_GT(allocations, 0) << "no enqueue allocated: the test tried no failure";
+  // The bytes are still right: what the host copy started with, read back.
+  host_.run_all();
+}
+
+}  // namespace
