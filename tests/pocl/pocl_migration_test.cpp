@@ -84,6 +84,15 @@ class TwoDevices : public ::testing::Test {
     return v;
   }
 
+  // ORs `tag` into the first `bytes` of `m` with a kernel on device `dev`
+  // and waits: its newest bytes are then only there.
+  void tag_on(int dev, cl_mem m, std::uint8_t tag, std::size_t bytes) {
+    CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof m, &m));
+    CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
+    CL_CHECK(clEnqueueNDRangeKernel(queue_[dev].get(), or_tag_.get(), 1, nullptr, &bytes, nullptr, 0, nullptr, nullptr));
+    CL_CHECK(clFinish(queue_[dev].get()));
+  }
+
   void disjoint_sub_buffers(std::size_t& wrong);
 
   std::vector<cl_device_id> devices_;
@@ -360,13 +369,8 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   std::vector<std::uint8_t> init(kSize, 3);
   Mem m = buffer(kSize, init.data());
   ASSERT_EQ(read<std::uint8_t>(0, m.get(), kSize)[0], 3);  // valid on device 0 (and the host)
-  cl_mem h = m.get();
   const std::uint8_t tag = 0x40;
-  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof h, &h));
-  CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
-  std::size_t global = kSize;
-  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
-  CL_CHECK(clFinish(queue_[0].get()));  // now only device 0 holds the newest bytes
+  tag_on(0, m.get(), tag, kSize);  // now only device 0 holds the newest bytes
   cl_command_queue q1 = queue_[1].get();
 
   migration_stats(true);
@@ -393,10 +397,7 @@ TEST_F(TwoDevices, OverwritesMoveNothingAndSubBuffersMoveTheirBytes) {
   constexpr std::size_t kSub = 64 << 10;
   Mem sub = sub_buffer(m.get(), kSize / 2, kSub);
   cl_mem s = sub.get();
-  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof s, &s));
-  global = kSub;
-  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
-  CL_CHECK(clFinish(queue_[0].get()));
+  tag_on(0, s, tag, kSub);
   const auto moved = migration_stats(true);
   EXPECT_EQ(moved.moved(), kSub) << "d2h " << moved.d2h_bytes << " h2d " << moved.h2d_bytes << " d2d "
                                  << moved.d2d_bytes;
@@ -440,17 +441,13 @@ TEST_F(TwoDevices, RectAndImageCopiesMoveOnlyTheirBytes) {
   constexpr std::size_t kSize = 1 << 20, kPitch = 4096, kRow = 256, kRows = 16;
   std::vector<std::uint8_t> model(kSize);
   for (std::size_t i = 0; i < kSize; ++i) model[i] = static_cast<std::uint8_t>(i * 7);
-  // `m` tagged by a kernel on device `d`: its newest bytes are only there.
-  auto tag_on = [&](int d, cl_mem m, std::uint8_t tag, std::vector<std::uint8_t>& v) {
-    CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof m, &m));
-    CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
-    std::size_t global = kSize;
-    CL_CHECK(clEnqueueNDRangeKernel(queue_[d].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
-    CL_CHECK(clFinish(queue_[d].get()));
-    for (auto& x : v) x |= tag;
+  // `m` tagged on device `d` (its newest bytes then only there), and its model.
+  auto tag = [&](int d, cl_mem m, std::uint8_t t, std::vector<std::uint8_t>& v) {
+    tag_on(d, m, t, kSize);
+    for (auto& x : v) x |= t;
   };
   Mem a = buffer(kSize, model.data());
-  tag_on(0, a.get(), 0x80, model);
+  tag(0, a.get(), 0x80, model);
   Mem b = buffer(kSize);  // no content given: nothing of it ever moves
   cl_command_queue q0 = queue_[0].get(), q1 = queue_[1].get();
 
@@ -486,7 +483,7 @@ TEST_F(TwoDevices, RectAndImageCopiesMoveOnlyTheirBytes) {
   CL_CHECK(clEnqueueReadImage(q1, image.get(), CL_TRUE, origin, whole, 0, 0, got.data(), 0, nullptr, nullptr));
   ASSERT_EQ(got, pixels);
 
-  tag_on(0, a.get(), 0x40, model);  // a's newest bytes only on device 0 again
+  tag(0, a.get(), 0x40, model);  // a's newest bytes only on device 0 again
   migration_stats(true);
   constexpr std::size_t kInto = 64 << 10;
   CL_CHECK(clEnqueueCopyImageToBuffer(q1, image.get(), a.get(), origin, whole, kInto, 0, nullptr, nullptr));
@@ -496,7 +493,7 @@ TEST_F(TwoDevices, RectAndImageCopiesMoveOnlyTheirBytes) {
 
   std::vector<std::uint8_t> model_c(kSize, 0);
   Mem c = buffer(kSize, model_c.data());
-  tag_on(1, c.get(), 0x21, model_c);
+  tag(1, c.get(), 0x21, model_c);
   migration_stats(true);
   constexpr std::size_t kFrom = 128 << 10;
   CL_CHECK(clEnqueueCopyBufferToImage(q0, c.get(), image.get(), kFrom, origin, whole, 0, nullptr, nullptr));
@@ -551,13 +548,8 @@ TEST_F(TwoDevices, ARecordedCopyMovesTheBytesItNames) {
   std::vector<std::uint8_t> init(kSize, 2);
   Mem a = buffer(kSize, init.data());
   Mem b = buffer(kSize, init.data());
-  cl_mem h = a.get();
   const std::uint8_t tag = 0x10;
-  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof h, &h));
-  CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
-  std::size_t global = kSize;
-  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
-  CL_CHECK(clFinish(queue_[0].get()));  // a's newest bytes only on device 0
+  tag_on(0, a.get(), tag, kSize);  // a's newest bytes only on device 0
 
   cl_command_queue q1 = queue_[1].get();
   cl_int err = CL_SUCCESS;
