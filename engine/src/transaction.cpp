@@ -315,6 +315,7 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) s_.after.push_back(s_.copy_events[i]);
+  migration::detail::reserve_more(victim->storage(kHost).users, s_.copy_events.size() - first_event);
   // Before commit_evict, which may drop the last references to plan.wait's events.
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
   victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
@@ -351,6 +352,12 @@ std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const m
 // writes them back again). The write-backs are what a device_busy failure
 // waits for. False when a copy could not be made (nothing recorded then).
 bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan& plan) {
+  // Room first for what records them below (they are committed at once).
+  const std::size_t n = plan.copies.size();
+  migration::detail::reserve_more(victim.storage(loc).users, n);
+  migration::detail::reserve_more(victim.storage(kHost).users, n);
+  migration::detail::reserve_more(victim.storage(loc).write_backs, n);
+  migration::detail::reserve_more(s_.room_after, n);
   const auto first_event = make_write_backs(victim, plan, CopyKind::write_back);
   if (!first_event) return false;
   const auto events = std::span(s_.copy_events).subspan(*first_event);
@@ -467,15 +474,19 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
                   c.size,
                   std::span(s_.deps).subspan(first_dep, dep_count),
                   s_.also};
+  auto drop_deps = [&] {
+    for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);
+    s_.deps.resize(first_dep);
+  };
   CopyHandle h;
   try {
     h = host_.create_copy(req);
   } catch (const std::bad_alloc&) {
-    h = {};  // as a host that could not make it
+    drop_deps();  // held for a copy that does not exist
+    throw;        // out of host memory, as it is
   }
   if (h.completed || h.event == nullptr) {
-    for (std::size_t i = first_dep; i < s_.deps.size(); ++i) drop(s_.deps[i]);
-    s_.deps.resize(first_dep);
+    drop_deps();
     if (!h.completed) return false;
     s_.copy_events.push_back(nullptr);  // nothing to wait for
     return true;

@@ -630,6 +630,14 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
     // writes them too: the write-back goes after it, not beside it.
     if (const Holder* at_host = holder(s, kHost)) add_unique(out.copies.back().wait, at_host->ready);
   }
+  // Room for commit_write_back() and commit_evict() (the write-backs cover
+  // whole spans: no cut), which then allocate nothing.
+  for (const Copy& c : out.copies) {
+    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
+      it->second.holders.reserve(it->second.holders.size() + 1);
+      it->second.readers.reserve(it->second.readers.size() + 1);
+    }
+  }
 }
 
 void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> copy_events) {

@@ -108,6 +108,9 @@ class ByteHost final : public Host {
       return a;
     }
     collect();
+    // Room for the lists first: out of memory below, no storage is leaked.
+    a.fences.reserve(quarantine_.size());
+    a.room_after.reserve(deferred_.size());
     auto r = regions_[at - 1].allocate(size, 64);
     if (!r) {
       a.outcome = Allocation::Outcome::full;

@@ -120,7 +120,9 @@ class RangeVersions {
   /// at `at` may be freed or reused (its readers and whatever fills it).
   /// A span held elsewhere only by copies still in flight is written back
   /// too: those copies may yet fail. Settles every span first (as plan());
-  /// changes no version. O(spans).
+  /// changes no version. Makes the room commit_write_back() and
+  /// commit_evict() need, so that they allocate nothing; throws
+  /// std::bad_alloc out of host memory. O(spans).
   void plan_evict(Location at, const CostModel& cost, Plan& out);
 
   /// Records an eviction planned by plan_evict(): the write-backs become the
