@@ -554,8 +554,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
 
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
     const Copy& c = plan.copies[i];
-    auto first = split_at(c.offset);  // stays valid: map insertions move no node
-    split_at(c.offset + c.size);
+    auto first = split_at(c.offset);  // cut by the plan already (prepare_commit): found, not made
     for (auto it = first; it != spans_.end() && it->first < c.offset + c.size; ++it) {
       add_reader(it->second, copy_events[i]);  // a copy reads its source: writers wait for it
       set_holder(it->second, c.dst, copy_events[i]);
@@ -567,7 +566,8 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   // boundaries changes reader lists, which never lets neighbours merge; a
   // write that rewrites exactly one existing span gives it a version no
   // other span has. Skip the merge pass then (the common, whole-buffer
-  // case); it runs when spans were cut, or one version now covers several.
+  // case); it runs when the plan cut spans, or one version now covers
+  // several.
   bool reshaped = !plan.copies.empty() || cut_in_plan_;
   cut_in_plan_ = false;
   bool writes_any = false;
@@ -576,10 +576,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   int written_pieces = 0;
 
   for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
-    const std::size_t spans_before = spans_.size();
-    auto first = split_at(begin);
-    split_at(end);
-    reshaped = reshaped || spans_.size() != spans_before;
+    auto first = split_at(begin);  // cut by the plan already (prepare_commit): found, not made
     if (writes(access) && ++written_pieces > 1) reshaped = true;
     std::size_t touched = 0;
     for (auto it = first; it != spans_.end() && it->first < end; ++it) {

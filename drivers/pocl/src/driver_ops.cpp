@@ -155,13 +155,12 @@ void pocl_memlayer_init_device_ops(struct pocl_device_ops* ops) {
   ops->init_queue = pthread_ops.init_queue;
   ops->free_queue = pthread_ops.free_queue;
 
-  // Coarse-grained buffer SVM out of the process's SVM space (svm.hpp).
+  // Coarse-grained buffer SVM out of the process's SVM space (svm.hpp);
+  // copies and fills of SVM bytes stay basic's (a memcpy, a pattern fill).
   ops->svm_alloc = pocl_memlayer_svm_alloc;
   ops->svm_free = pocl_memlayer_svm_free;
   ops->svm_map = pocl_memlayer_svm_map;
   ops->svm_unmap = pocl_memlayer_svm_unmap;
-  ops->svm_copy = pocl_memlayer_svm_copy;
-  ops->svm_fill = pocl_memlayer_svm_fill;
 }
 
 unsigned int pocl_memlayer_probe(struct pocl_device_ops* ops) {

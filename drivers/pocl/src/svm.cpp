@@ -2,9 +2,7 @@
 // (svm.hpp says why SVM bytes are the same for the host and every device).
 #include "svm.hpp"
 
-#include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -89,23 +87,5 @@ void pocl_memlayer_svm_free(cl_device_id, void* svm_ptr) {
 // The host and the device see the same bytes: nothing to move.
 void pocl_memlayer_svm_map(cl_device_id, void*) {}
 void pocl_memlayer_svm_unmap(cl_device_id, void*) {}
-
-void pocl_memlayer_svm_copy(cl_device_id, void* __restrict__ dst, const void* __restrict__ src, size_t size) {
-  std::memcpy(dst, src, size);  // the core refuses overlapping ranges
-}
-
-void pocl_memlayer_svm_fill(cl_device_id, void* __restrict__ svm_ptr, size_t size, void* __restrict__ pattern,
-                            size_t pattern_size) {
-  // size is a multiple of pattern_size (the core checks): lay the pattern
-  // once, then double what is laid.
-  auto* out = static_cast<char*>(svm_ptr);
-  if (size == 0 || pattern_size == 0) return;
-  std::memcpy(out, pattern, pattern_size);
-  for (size_t done = pattern_size; done < size;) {
-    const size_t n = std::min(done, size - done);
-    std::memcpy(out + done, out, n);
-    done += n;
-  }
-}
 
 }  // extern "C"
