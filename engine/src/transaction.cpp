@@ -564,8 +564,7 @@ void Transaction::add_dep(Event e, std::size_t from) {
   hold(e);
 }
 
-void Transaction::add_wait(Event e) {
-  if (e == nullptr || e == command_) return;
+void Transaction::add_new_wait(Event e) {
   if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
   out_.waits_.push_back(e);  // first: out of memory, nothing is held
   hold(e);

@@ -87,7 +87,13 @@ class Transaction {
   void start_copies();
 
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
-  void add_wait(Event e);                   // to out.waits, retained, once
+  // To out.waits, retained, once. Most often the wait just added (a
+  // command's buffers share their last writer): that look is inline.
+  void add_wait(Event e) {
+    if (e == nullptr || e == command_ || (!out_.waits_.empty() && out_.waits_.back() == e)) return;
+    add_new_wait(e);
+  }
+  void add_new_wait(Event e);
   void release_all(std::vector<Event>& events) noexcept;  // and clears them
   // One reference more or less: batched while buffers are locked.
   void hold(Event e) noexcept;
