@@ -96,21 +96,28 @@ void Transaction::drop(Event e) noexcept {
 // ---- buffers and locks ----------------------------------------------------
 
 void Transaction::group_uses() {
-  s_.order.clear();
   s_.uses.clear();
   s_.groups.clear();
   s_.pending.clear();
   s_.deps.clear();
   s_.placed.clear();
   s_.copy_events.clear();
-  for (std::size_t i = 0; i < uses_.size(); ++i) s_.order.emplace_back(uses_[i].buffer, i);
-  // A handful of uses: insertion sort; many: sort, unless the host gave
-  // them in buffer order already (engine.hpp: enqueue).
-  if (s_.order.size() > 8) {
-    if (!std::is_sorted(s_.order.begin(), s_.order.end())) std::sort(s_.order.begin(), s_.order.end());
-  } else {
-    for (std::size_t i = 1; i < s_.order.size(); ++i)
-      for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
+  const bool same_buffers =
+      s_.order_of.size() == uses_.size() &&
+      std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
+  if (!same_buffers) {
+    s_.order_of.clear();  // first: out of memory below, no stale order is reused
+    s_.order.clear();
+    for (std::size_t i = 0; i < uses_.size(); ++i) s_.order.emplace_back(uses_[i].buffer, i);
+    // A handful of uses: insertion sort; many: sort, unless the host gave
+    // them in buffer order already (engine.hpp: enqueue).
+    if (s_.order.size() > 8) {
+      if (!std::is_sorted(s_.order.begin(), s_.order.end())) std::sort(s_.order.begin(), s_.order.end());
+    } else {
+      for (std::size_t i = 1; i < s_.order.size(); ++i)
+        for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
+    }
+    for (const BufferUse& u : uses_) s_.order_of.push_back(u.buffer);
   }
   for (const auto& [buffer, index] : s_.order) {
     if (s_.groups.empty() || s_.groups.back().buffer != buffer)

@@ -36,6 +36,10 @@ struct EnqueueScratch {
   };
 
   std::vector<std::pair<Buffer*, std::size_t>> order;  // (buffer, use index), sorted
+  // The buffers of the uses `order` was sorted from, in the order given: a
+  // command with the same arguments as the one before (a kernel enqueued
+  // again) reuses it instead of sorting.
+  std::vector<Buffer*> order_of;
   std::vector<migration::Use> uses;
   std::vector<Group> groups;
   migration::Plan planning;                  // each buffer is planned here

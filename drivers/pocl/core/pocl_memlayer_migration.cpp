@@ -615,6 +615,9 @@ bool wait_for_room(std::span<const Event> events) {
 struct Scratch {
   std::vector<memlayer::engine::BufferUse> uses;
   std::vector<cl_mem> mems;  // the command's buffers, each once
+  // 3.1: the buffers of the last command with many, as given and each
+  // once (pocl_ml_create_command reuses the second for the same first).
+  std::vector<cl_mem> many_given, many_once;
   memlayer::engine::Submission submission;
 };
 thread_local Scratch t_scratch;
@@ -788,7 +791,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   if (err != CL_SUCCESS) return err;
   // The node holds each entry's buffer until it has run
   // (pocl_mem_manager_free_command releases them with the list).
-  LL_FOREACH(buffer_usage, entry) POname(clRetainMemObject)(entry->buffer);
+  LL_FOREACH(buffer_usage, entry) POCL_RETAIN_OBJECT(entry->buffer);
   (*cmd)->migr_infos = buffer_usage;
   return CL_SUCCESS;
 }
@@ -826,19 +829,23 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   }
   // Each buffer once. A few (copies, maps: PoCL reads mem_objs[0] of an
   // unmap) keep their order; many (kernel arguments) are sorted, as a
-  // search per argument would be quadratic: the uses by buffer, which the
-  // engine then need not sort again, and the buffers in that order.
+  // search per argument would be quadratic, unless they are the buffers of
+  // this thread's previous command with many (a kernel enqueued again):
+  // its list is reused. The engine orders the uses itself, as cheaply.
   if (sc.mems.size() <= 8) {
     auto end = sc.mems.begin();
     for (cl_mem m : sc.mems)
       if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
     sc.mems.erase(end, sc.mems.end());
+  } else if (sc.mems == sc.many_given) {
+    sc.mems = sc.many_once;
   } else {
-    std::sort(sc.uses.begin(), sc.uses.end(),
-              [](const memlayer::engine::BufferUse& x, const memlayer::engine::BufferUse& y) { return x.buffer < y.buffer; });
-    sc.mems.clear();
-    for (std::size_t i = 0; i < sc.uses.size(); ++i)
-      if (i == 0 || sc.uses[i].buffer != sc.uses[i - 1].buffer) sc.mems.push_back(buffer_of(sc.uses[i].buffer->cookie()).mem);
+    sc.many_given.clear();  // first: out of memory below, no stale list is reused
+    sc.many_once = sc.mems;
+    std::sort(sc.many_once.begin(), sc.many_once.end());
+    sc.many_once.erase(std::unique(sc.many_once.begin(), sc.many_once.end()), sc.many_once.end());
+    sc.many_given.swap(sc.mems);
+    sc.mems = sc.many_once;
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
                                   destination(command_queue, mig_flags), sc);
@@ -846,7 +853,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   // Held until the command finishes (pocl_free_event_memobjs); an unmap
   // releases the reference its map took.
   if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT)
-    for (cl_mem mem : sc.mems) POname(clRetainMemObject)(mem);
+    for (cl_mem mem : sc.mems) POCL_RETAIN_OBJECT(mem);
   return CL_SUCCESS;
 }
 #endif

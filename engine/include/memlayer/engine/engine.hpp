@@ -229,7 +229,9 @@ class Engine {
   /// at < migration::kMaxLocations; the buffers belong to this engine.
   /// Errors: EnqueueError (see there), with nothing of this enqueue left.
   /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
-  /// buffer address: a host that sorts them anyway saves the engine's sort), plus the planner's cost per buffer
+  /// buffer address, or name the same buffers in the same order as this
+  /// Submission's previous enqueue: a kernel enqueued again), plus the
+  /// planner's cost per buffer
   /// (O(log spans + spans touched × locations)), plus one pass over the
   /// engine's buffers per eviction.
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
