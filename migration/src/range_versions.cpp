@@ -89,7 +89,7 @@ RangeVersions::~RangeVersions() {
 
 // One use of the whole buffer while it is one span: the common case, which
 // plan() and commit() take without cutting pieces or searching the tree.
-bool RangeVersions::whole_span(std::span<const Use> uses) const {
+[[gnu::always_inline]] inline bool RangeVersions::whole_span(std::span<const Use> uses) const {
   return uses.size() == 1 && spans_.size() == 1 && uses[0].offset == 0 && uses[0].size == size_;
 }
 
@@ -134,7 +134,7 @@ void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
   }
 }
 
-const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
+[[gnu::always_inline]] inline const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
   static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
   if (s.anywhere) return &kAnywhere;
   for (const Holder& h : s.holders)
@@ -218,7 +218,7 @@ void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool fo
 // beyond trim_completed(): its last writer, its holders' ready events and,
 // for a write, its readers all unfailed, and its content held somewhere.
 // The same status looks, without the edits' machinery.
-bool RangeVersions::settled(const Span& s, bool for_write) const {
+[[gnu::always_inline]] inline bool RangeVersions::settled(const Span& s, bool for_write) const {
   if (s.holders.empty() && !s.anywhere) return false;
   if (ops_.failed(s.last_writer)) return false;
   for (const Holder& h : s.holders)
@@ -456,7 +456,9 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
   if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
     const Access access = uses[0].access;
     const bool for_write = writes(access);
-    if (first_undo_ != undo_.size()) trim_completed();
+    // Most often the oldest record's writer is still running: nothing to
+    // trim, known without the call.
+    if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
     const Span& s = spans_.begin()->second;
     if (!settled(s, for_write)) settle_range(0, size_, for_write);  // changes spans_: look again
     Span& t = spans_.begin()->second;
