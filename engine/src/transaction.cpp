@@ -103,7 +103,7 @@ void Transaction::group_uses() {
   s_.placed.clear();
   s_.copy_events.clear();
   const bool same_buffers =
-      s_.order_of.size() == uses_.size() &&
+      !uses_.empty() && s_.order_of.size() == uses_.size() &&
       std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
   if (!same_buffers) {
     s_.order_of.clear();  // first: out of memory below, no stale order is reused
@@ -117,6 +117,7 @@ void Transaction::group_uses() {
       for (std::size_t i = 1; i < s_.order.size(); ++i)
         for (std::size_t j = i; j > 0 && s_.order[j - 1] > s_.order[j]; --j) std::swap(s_.order[j - 1], s_.order[j]);
     }
+    s_.order_of.reserve(uses_.size());  // the last step that may throw: then nothing is reused
     for (const BufferUse& u : uses_) s_.order_of.push_back(u.buffer);
   }
   for (const auto& [buffer, index] : s_.order) {
