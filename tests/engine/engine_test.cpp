@@ -269,6 +269,37 @@ TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersFinish) {
   EXPECT_TRUE(reader->done && next->done);
 }
 
+// Each use's storage comes back in the order the uses were given, whether
+// the engine sorts them, reuses the order of a command with the same
+// buffers (a kernel enqueued again), or sorts again for the same buffers in
+// another order or with one changed.
+TEST_F(EngineTest, EachUseGetsItsBuffersStorageWhateverTheOrder) {
+  constexpr std::size_t kBuffers = 12;  // more than the engine sorts by insertion
+  std::vector<Buffer*> bufs;
+  std::vector<StorageHandle> handle;
+  for (std::size_t i = 0; i < kBuffers; ++i) {
+    bufs.push_back(&make(256, false));
+    ASSERT_NE(enqueue({{bufs.back(), {0, 256, Access::read}}}, 1), nullptr);
+    handle.push_back(sub_.storage()[0]);
+  }
+  auto run = [&](const std::vector<std::size_t>& order) {
+    std::vector<BufferUse> uses;
+    for (std::size_t i : order) uses.push_back({bufs[i], {0, 256, Access::read_write}});
+    ASSERT_NE(enqueue(uses, 1), nullptr);
+    ASSERT_EQ(sub_.storage().size(), order.size());
+    for (std::size_t u = 0; u < order.size(); ++u)
+      EXPECT_EQ(sub_.storage()[u], handle[order[u]]) << "use " << u << " got another buffer's storage";
+  };
+  const std::vector<std::size_t> shuffled{7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 4};
+  run(shuffled);
+  run(shuffled);  // the same buffers in the same order
+  run({4, 6, 8, 3, 10, 1, 9, 5, 0, 11, 2, 7});  // the same buffers, another order
+  run({7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 6});  // one changed: a buffer twice
+  run({7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 6});
+  run({7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6});  // one fewer
+  host_.run_all();
+}
+
 TEST_F(EngineTest, ADestroyedBufferGivesItsStorageBack) {
   {
     Buffer& a = make(4096, true);
