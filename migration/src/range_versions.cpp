@@ -490,24 +490,28 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
 // after its plans (out of host memory) changes no content. The spans are
 // cut where the copies and uses begin and end (identical halves: content
 // and versions unchanged; commit() merges what stays equal), and each span
-// they cover gets room for the holders and readers a commit adds (a staged
-// copy: two of each, and the command), and each span written an undo
-// record.
+// gets room for the holders and readers a commit adds there: under a copy,
+// a holder and a reader per copy (a staged copy: two of each) and the
+// command as reader; under a read only, the command as reader; a span
+// written goes whole into an undo record (its lists with it, leaving empty
+// inline ones for the new holder), and gets room for that record. A span
+// never gets more than it needs: room past a list's inline two is a heap
+// array, made and freed again with the record.
 void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) {
   const std::size_t spans_before = spans_.size();
   std::size_t written = 0;
-  auto room = [&](std::uint64_t begin, std::uint64_t end, bool write) {
+  auto room = [&](std::uint64_t begin, std::uint64_t end, std::uint32_t holders, std::uint32_t readers, bool write) {
     auto first = split_at(begin);
     split_at(end);
     for (auto it = first; it != spans_.end() && it->first < end; ++it) {
-      it->second.holders.reserve(it->second.holders.size() + 2);
-      it->second.readers.reserve(it->second.readers.size() + 3);
+      it->second.holders.reserve(it->second.holders.size() + holders);
+      it->second.readers.reserve(it->second.readers.size() + readers);
       if (write) ++written;
     }
   };
-  for (const Copy& c : plan.copies) room(c.offset, c.offset + c.size, false);
+  for (const Copy& c : plan.copies) room(c.offset, c.offset + c.size, 2, 3, false);
   for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
-    room(begin, end, writes(access));
+    room(begin, end, 0, writes(access) ? 0 : 1, writes(access));
   });
   detail::reserve_more(undo_, written);
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
