@@ -87,10 +87,18 @@ RangeVersions::~RangeVersions() {
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget_undo(i);
 }
 
-// One use of the whole buffer while it is one span: the common case, which
-// plan() and commit() take without cutting pieces or searching the tree.
-[[gnu::always_inline]] inline bool RangeVersions::whole_span(std::span<const Use> uses) const {
-  return uses.size() == 1 && spans_.size() == 1 && uses[0].offset == 0 && uses[0].size == size_;
+// The span one use covers exactly, else end(): the whole buffer while it
+// is one span (most kernel arguments, without searching the tree), or a
+// range a command wrote before on its own (a sub-buffer, a fill). plan()
+// and commit() take it without cutting pieces: it needs no cut, and a
+// command on it never makes it equal to a neighbour (a write gives it a
+// version no other span has; a merge a read made possible may be skipped).
+[[gnu::always_inline]] inline RangeVersions::SpanMap::iterator RangeVersions::exact_span(std::span<const Use> uses) {
+  if (uses.size() != 1) return spans_.end();
+  const Use& u = uses[0];
+  if (spans_.size() == 1) return u.offset == 0 && u.size == size_ ? spans_.begin() : spans_.end();
+  auto it = spans_.find(u.offset);
+  return it != spans_.end() && end_of(it) == u.offset + u.size ? it : spans_.end();
 }
 
 // One span (the whole buffer, the common case) needs no tree search.
@@ -453,17 +461,25 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
-  if (whole_span(uses)) {  // most kernel arguments: no pieces, no search
+  auto exact = exact_span(uses);  // most kernel arguments: no pieces
+  if (exact != spans_.end()) {
     const Access access = uses[0].access;
     const bool for_write = writes(access);
+    const std::uint64_t begin = uses[0].offset, end = begin + uses[0].size;
     // Most often the oldest record's writer is still running: nothing to
     // trim, known without the call.
     if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
-    const Span& s = spans_.begin()->second;
-    if (!settled(s, for_write)) settle_range(0, size_, for_write);  // changes spans_: look again
-    Span& t = spans_.begin()->second;
+    if (!settled(exact->second, for_write)) {
+      settle_range(begin, end, for_write);
+      exact = exact_span(uses);  // settling changed spans_: look again
+    }
+  }
+  if (exact != spans_.end()) {
+    const Access access = uses[0].access;
+    const bool for_write = writes(access);
+    Span& t = exact->second;
     const Holder* h = holder(t, at);
-    if (h == nullptr && reads_old_content(access)) plan_fetch(spans_.begin(), 0, size_, at, cost, out);
+    if (h == nullptr && reads_old_content(access)) plan_fetch(exact, exact->first, end_of(exact), at, cost, out);
     // plan_waits(), with the common holder ready with the last writer
     // looked at once.
     if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
@@ -550,11 +566,13 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
                            Location at, Event command) {
   if (copy_events.size() != plan.copies.size())
     throw std::invalid_argument("migration: commit needs one event per planned copy");
-  if (plan.copies.empty() && whole_span(uses)) {  // nothing splits, nothing can merge
-    Span& s = spans_.begin()->second;
-    if (writes(uses[0].access)) write_span(s, 0, size_, next_version_++, at, command);
-    else add_reader(s, command);
-    return;
+  if (plan.copies.empty()) {
+    if (auto it = exact_span(uses); it != spans_.end()) {  // nothing splits, nothing merges
+      cut_in_plan_ = false;  // a cut the plan made leaves halves this command makes differ
+      if (writes(uses[0].access)) write_span(it->second, it->first, uses[0].size, next_version_++, at, command);
+      else add_reader(it->second, command);
+      return;
+    }
   }
   std::uint64_t lo = size_, hi = 0;
 

@@ -219,7 +219,7 @@ class RangeVersions {
   void forget_undo(std::size_t index);
   void add_reader(Span& s, Event e);
   void prune(Span& s);
-  [[nodiscard]] bool whole_span(std::span<const Use> uses) const;
+  [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
   void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
                   Event command);
