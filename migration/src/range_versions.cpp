@@ -25,6 +25,11 @@ void add_unique(List& list, Event e) {
 }
 
 
+// What a command's use adds to the reader list of a span no copy covers:
+// itself, for a read. A write moves the span, lists and all, into an undo
+// record and starts new, inline lists (prepare_commit()).
+constexpr std::uint32_t readers_a_use_adds(Access a) { return writes(a) ? 0 : 1; }
+
 // Calls f(begin, end, access) for each maximal piece of the uses' union with
 // one combined access, in offset order: where uses overlap, any read of old
 // content plus any write makes read_write. `cuts` is scratch: once it has
@@ -461,36 +466,35 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
   out.clear();
-  auto exact = exact_span(uses);  // most kernel arguments: no pieces
-  if (exact != spans_.end()) {
+  if (auto exact = exact_span(uses); exact != spans_.end()) {  // most kernel arguments: no pieces
     const Access access = uses[0].access;
     const bool for_write = writes(access);
-    const std::uint64_t begin = uses[0].offset, end = begin + uses[0].size;
     // Most often the oldest record's writer is still running: nothing to
     // trim, known without the call.
     if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
     if (!settled(exact->second, for_write)) {
-      settle_range(begin, end, for_write);
+      settle_range(uses[0].offset, uses[0].offset + uses[0].size, for_write);
       exact = exact_span(uses);  // settling changed spans_: look again
     }
-  }
-  if (exact != spans_.end()) {
-    const Access access = uses[0].access;
-    const bool for_write = writes(access);
-    Span& t = exact->second;
-    const Holder* h = holder(t, at);
-    if (h == nullptr && reads_old_content(access)) plan_fetch(exact, exact->first, end_of(exact), at, cost, out);
-    // plan_waits(), with the common holder ready with the last writer
-    // looked at once.
-    if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
-    if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
-    if (for_write)
-      for (Event r : t.readers) add_unique(out.wait, r);
-    // prepare_commit(), inline for the common case: no copy, no cut.
-    if (!out.copies.empty()) prepare_commit(uses, out);
-    else if (for_write) detail::reserve_more(undo_, 1);
-    else t.readers.reserve(t.readers.size() + 1);
-    return;
+    if (exact != spans_.end()) {
+      Span& t = exact->second;
+      const Holder* h = holder(t, at);
+      if (h == nullptr && reads_old_content(access)) plan_fetch(exact, exact->first, end_of(exact), at, cost, out);
+      // plan_waits(), with the common holder ready with the last writer
+      // looked at once.
+      if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
+      if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
+      if (for_write)
+        for (Event r : t.readers) add_unique(out.wait, r);
+      // prepare_commit(), without its search when no copy covers the span.
+      if (!out.copies.empty()) {
+        prepare_commit(uses, out);
+      } else {
+        make_room(t, 0, readers_a_use_adds(access));
+        if (for_write) detail::reserve_more(undo_, 1);
+      }
+      return;
+    }
   }
   for (const Use& u : uses) settle_range(u.offset, u.offset + u.size, writes(u.access));
   for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
@@ -499,6 +503,13 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
     for (auto it = first; it != spans_.end() && it->first < end; ++it) plan_waits(it->second, access, at, out);
   });
   prepare_commit(uses, out);
+}
+
+// Room in `s` for `holders` holders and `readers` readers more, so that a
+// commit adds them without allocating.
+[[gnu::always_inline]] inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32_t readers) {
+  s.holders.reserve(s.holders.size() + holders);
+  s.readers.reserve(s.readers.size() + readers);
 }
 
 // Makes room now for what commit() of this plan adds, so that it allocates
@@ -520,14 +531,13 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
     auto first = split_at(begin);
     split_at(end);
     for (auto it = first; it != spans_.end() && it->first < end; ++it) {
-      it->second.holders.reserve(it->second.holders.size() + holders);
-      it->second.readers.reserve(it->second.readers.size() + readers);
+      make_room(it->second, holders, readers);
       if (write) ++written;
     }
   };
   for (const Copy& c : plan.copies) room(c.offset, c.offset + c.size, 2, 3, false);
   for_each_piece(uses, cuts_, [&](std::uint64_t begin, std::uint64_t end, Access access) {
-    room(begin, end, 0, writes(access) ? 0 : 1, writes(access));
+    room(begin, end, 0, readers_a_use_adds(access), writes(access));
   });
   detail::reserve_more(undo_, written);
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
@@ -654,10 +664,8 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
   // Room for commit_write_back() and commit_evict() (the write-backs cover
   // whole spans: no cut), which then allocate nothing.
   for (const Copy& c : out.copies) {
-    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
-      it->second.holders.reserve(it->second.holders.size() + 1);
-      it->second.readers.reserve(it->second.readers.size() + 1);
-    }
+    for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it)
+      make_room(it->second, 1, 1);
   }
 }
 

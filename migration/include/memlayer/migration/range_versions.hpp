@@ -229,6 +229,7 @@ class RangeVersions {
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
   void prepare_commit(std::span<const Use> uses, const Plan& plan);
+  void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
 
   std::uint64_t size_;
   const EventOps& ops_;
