@@ -14,7 +14,7 @@ function(memlayer_pocl71_test name devices)
 endfunction()
 
 foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test
-        pocl_svm_test)
+        pocl_svm_test pocld_peer_test)
   add_dependencies(${program} pocl71)
 endforeach()
 
@@ -162,6 +162,9 @@ memlayer_pocl71_remote_test(pocl71_remote_migration 2 memlayer $<TARGET_FILE:poc
 # watchdog, and the other server's buffer reads back whole.
 memlayer_pocl71_remote_test(pocl71_remote_server_lost 2 memlayer $<TARGET_FILE:pocl_remote_test>
   --gtest_filter=RemoteServers.ALostServerFailsItsCommandsAndTheOtherKeepsItsBuffers)
+# A connection to a server's peer port that does not present the session's
+# key is refused; the servers the client introduced still move its buffers.
+memlayer_pocl71_remote_test(pocl71_remote_peer_key 2 memlayer $<TARGET_FILE:pocld_peer_test>)
 # Three contexts at a time on one remote device, from two host threads,
 # released out of order, every read checked.
 memlayer_pocl71_remote_test(pocl71_remote_contexts 2 memlayer $<TARGET_FILE:pocl_remote_test>
