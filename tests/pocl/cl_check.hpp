@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -170,6 +171,26 @@ inline MigrationStats migration_stats(bool reset = false) {
     std::exit(2);
   }
   return *s;
+}
+
+/// One server of the cluster a test runs as the client of
+/// (drivers/pocl/pocl-cluster.sh run names its state folder in
+/// POCL_CLUSTER_STATE): its PID and the first of its three ports.
+struct ClusterServer {
+  long pid = 0;
+  long port = 0;
+};
+
+/// The cluster's servers, in device order (its `servers` file); empty when
+/// the program does not run under pocl-cluster.sh.
+inline std::vector<ClusterServer> cluster_servers() {
+  const char* state = std::getenv("POCL_CLUSTER_STATE");
+  std::vector<ClusterServer> servers;
+  if (state == nullptr) return servers;
+  std::ifstream in(std::string(state) + "/servers");
+  long pid = 0, port = 0, devices = 0;
+  while (in >> pid >> port >> devices) servers.push_back({pid, port});
+  return servers;
 }
 
 }  // namespace memlayer::cltest

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <future>
 #include <functional>
 #include <string>
@@ -33,17 +32,6 @@ __kernel void bump(__global uint* a, uint rounds) {
   for (uint r = 0; r < rounds; ++r) v = v * 1664525u + 1013904223u;
   a[i] = v;
 })";
-
-// The PIDs of the cluster's servers, in device order.
-std::vector<pid_t> server_pids() {
-  const char* state = std::getenv("POCL_CLUSTER_STATE");
-  std::vector<pid_t> pids;
-  if (state == nullptr) return pids;
-  std::ifstream in(std::string(state) + "/servers");
-  long pid = 0, port = 0, devices = 0;
-  while (in >> pid >> port >> devices) pids.push_back(static_cast<pid_t>(pid));
-  return pids;
-}
 
 // Runs `f` with a watchdog: fails the test (and ends the program, which
 // cannot recover a thread stuck in OpenCL) when it takes over `seconds`.
@@ -112,8 +100,8 @@ TEST(RemoteServers, SeveralContextsOnOneRemoteDevice) {
 }
 
 void lost_server_case() {
-  const std::vector<pid_t> pids = server_pids();
-  ASSERT_EQ(pids.size(), 2u) << "run under pocl-cluster.sh run --servers 2 --devices memlayer";
+  const std::vector<ClusterServer> servers = cluster_servers();
+  ASSERT_EQ(servers.size(), 2u) << "run under pocl-cluster.sh run --servers 2 --devices memlayer";
   DeviceSet s = open_device_set(kSource);
   ASSERT_EQ(s.devices.size(), 2u);
   cl_int err = CL_SUCCESS;
@@ -147,7 +135,7 @@ void lost_server_case() {
     events.emplace_back(e);
   }
   CL_CHECK(clFlush(q1));
-  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(servers[1].pid), SIGKILL), 0);
 
   // Each command on the lost device ends, and not as a success: the last
   // one was queued behind work the server never finished.

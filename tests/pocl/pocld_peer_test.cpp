@@ -1,9 +1,9 @@
 // PoCL 7.1's remote servers (pocld) connect to each other through their
 // peer ports to move buffers server to server (doc/scale-out.md). Run as
 // the client of a cluster of two servers with one memlayer device each
-// (drivers/pocl/pocl-cluster.sh run ... --servers 2 --devices memlayer),
-// which names its state folder in POCL_CLUSTER_STATE: its `servers` file
-// gives each server's PID and first port; the peer port is the third.
+// (drivers/pocl/pocl-cluster.sh run ... --servers 2 --devices memlayer;
+// cluster_servers() gives each server's first port: its peer port is the
+// third).
 //
 // What a user of a cluster needs: only the servers its client introduced
 // become peers of its session. 7.1's server took any connection to its peer
@@ -19,10 +19,7 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <string>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -31,20 +28,6 @@
 namespace {
 
 using namespace memlayer::cltest;
-
-struct Server {
-  long pid = 0, port = 0;
-};
-
-std::vector<Server> cluster_servers() {
-  const char* state = std::getenv("POCL_CLUSTER_STATE");
-  std::vector<Server> servers;
-  if (state == nullptr) return servers;
-  std::ifstream in(std::string(state) + "/servers");
-  long pid = 0, port = 0, devices = 0;
-  while (in >> pid >> port >> devices) servers.push_back({pid, port});
-  return servers;
-}
 
 // What became of a peer handshake: answered (the connection joined the
 // session), or the connection closed without an answer.
@@ -93,7 +76,7 @@ Handshake try_handshake(long port, std::uint64_t session, const std::uint8_t (&k
 }
 
 TEST(PocldPeers, APeerWithoutTheSessionKeyIsRefused) {
-  const std::vector<Server> servers = cluster_servers();
+  const std::vector<ClusterServer> servers = cluster_servers();
   ASSERT_EQ(servers.size(), 2u) << "run under pocl-cluster.sh run --servers 2 --devices memlayer";
 
   // This client's sessions, live while the context is: the servers it
@@ -119,7 +102,7 @@ TEST(PocldPeers, APeerWithoutTheSessionKeyIsRefused) {
   std::uint8_t wrong[AUTHKEY_LENGTH];
   std::memset(wrong, 0x5a, sizeof wrong);
   const std::uint8_t zero[AUTHKEY_LENGTH] = {};
-  for (const Server& server : servers) {
+  for (const ClusterServer& server : servers) {
     for (std::uint64_t session = 1; session <= 16; ++session) {
       EXPECT_EQ(try_handshake(server.port + 2, session, wrong), Handshake::closed)
           << "server " << server.pid << " took a peer for session " << session << " with a wrong key";
