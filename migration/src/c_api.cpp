@@ -47,7 +47,9 @@ ml_status guarded(F&& f) noexcept {
     return f();
   } catch (const std::bad_alloc&) {
     return fail(ML_ERROR_HOST_OUT_OF_MEMORY, "migration: host memory ran out");
-  } catch (const std::logic_error& e) {
+  } catch (const std::invalid_argument& e) {  // a call the arguments' checks above let through
+    return fail(ML_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const std::logic_error& e) {  // the cost model has no path
     return fail(ML_ERROR_NO_PATH, e.what());
   }
 }

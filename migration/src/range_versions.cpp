@@ -683,7 +683,38 @@ void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> c
   }
 }
 
+// Throws std::invalid_argument, having changed nothing, when committing
+// `plan` as an eviction of `at` would leave bytes valid nowhere: a span that
+// only `at` holds and whose bytes the plan's write-backs do not all cover
+// (a plan that plan_evict(at) did not make for these versions). O(spans ×
+// copies), and the plans of evictions have few copies.
+void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) const {
+  for (auto it = spans_.begin(); it != spans_.end(); ++it) {
+    const Span& s = it->second;
+    if (s.anywhere || s.holders.size() != 1 || s.holders[0].where != at) continue;
+    const std::uint64_t end = end_of(it);
+    std::uint64_t covered = it->first;  // [it->first, covered) is written back
+    for (bool grew = true; grew && covered < end;) {
+      grew = false;
+      for (const Copy& c : plan.copies) {
+        if (c.dst == kHost && c.offset <= covered && c.offset + c.size > covered) {
+          covered = c.offset + c.size;
+          grew = true;
+        }
+      }
+    }
+    if (covered < end) {
+      throw std::invalid_argument("migration: evicting location " + std::to_string(at) + " would drop the only copy of bytes [" +
+                                  std::to_string(covered) + ", " + std::to_string(end) +
+                                  "), which the plan does not write back (not plan_evict()'s plan for these versions)");
+    }
+  }
+}
+
 void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
+  if (copy_events.size() != plan.copies.size())
+    throw std::invalid_argument("migration: commit needs one event per planned copy");
+  check_eviction_keeps_content(plan, at);
   commit_write_back(plan, copy_events);
   auto forget = [&](Span& x) {
     auto h = std::find_if(x.holders.begin(), x.holders.end(), [&](const Holder& y) { return y.where == at; });
@@ -691,11 +722,7 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
     ops_.drop(h->ready);
     x.holders.erase(h);
   };
-  for (auto& [offset, s] : spans_) {
-    if (s.holders.size() == 1 && s.holders[0].where == at)
-      throw std::logic_error("migration: eviction would drop the only valid copy");
-    forget(s);
-  }
+  for (auto& [offset, s] : spans_) forget(s);  // each keeps a holder: checked above
   // An undo record left with no holder is lost if its writer fails
   // (bytes_lost); eviction prefers other storage (undo_names()).
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);

@@ -115,3 +115,51 @@ TEST(MigrationCApi, AFailedWriterIsUndone) {
   ml_plan_destroy(plan);
   ml_cost_model_destroy(cost);
 }
+
+// An eviction is committed with the plan ml_versions_plan_evict made for it;
+// another plan (here one that writes nothing back, made before a write)
+// would leave the bytes only the evicted location holds valid nowhere: the
+// call fails, names why, and changes nothing.
+TEST(MigrationCApi, AnEvictionWhosePlanWouldDropTheOnlyCopyIsRefused) {
+  std::map<ml_event, int> refs;
+  ml_event_ops ops{&refs, [](void* c, ml_event e) { ++(*static_cast<std::map<ml_event, int>*>(c))[e]; },
+                   [](void* c, ml_event e) { --(*static_cast<std::map<ml_event, int>*>(c))[e]; },
+                   [](void*, ml_event) { return int{ML_EVENT_COMPLETE}; }};
+  ml_cost_model* cost = nullptr;
+  ml_plan *stale = nullptr, *plan = nullptr;
+  ml_versions* v = nullptr;
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
+  ASSERT_EQ(ml_plan_create(&stale), ML_OK);
+  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
+  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  ASSERT_EQ(ml_versions_plan_evict(v, 1, cost, stale), ML_OK);  // nothing at 1 yet: nothing to write back
+  EXPECT_EQ(ml_plan_copy_count(stale), 0u);
+  ml_use w{1024, 2048, ML_ACCESS_OVERWRITE};
+  ASSERT_EQ(ml_versions_plan(v, &w, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &w, 1, 1, reinterpret_cast<ml_event>(16)), ML_OK);
+  ASSERT_EQ(ml_versions_bytes_only_at(v, 1), 2048u);
+  const std::size_t spans = ml_versions_span_count(v);
+
+  EXPECT_EQ(ml_versions_commit_evict(v, stale, nullptr, 0, 1), ML_ERROR_INVALID_ARGUMENT);
+  const std::string why = ml_last_error_message();
+  EXPECT_NE(why.find("only copy of bytes [1024, 3072)"), std::string::npos) << why;
+  EXPECT_EQ(ml_versions_bytes_only_at(v, 1), 2048u) << "nothing changed";
+  EXPECT_EQ(ml_versions_valid_at(v, 1, 1024, 2048), 1);
+  EXPECT_EQ(ml_versions_span_count(v), spans);
+
+  // Its own plan: written back, then gone from location 1.
+  ASSERT_EQ(ml_versions_plan_evict(v, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_plan_copy_count(plan), 1u);
+  EXPECT_EQ(ml_plan_copy(plan, 0).offset, 1024u);
+  EXPECT_EQ(ml_plan_copy(plan, 0).size, 2048u);
+  ml_event write_back = reinterpret_cast<ml_event>(32);
+  EXPECT_EQ(ml_versions_commit_evict(v, plan, &write_back, 1, 1), ML_OK);
+  EXPECT_EQ(ml_versions_bytes_only_at(v, 1), 0u);
+  EXPECT_EQ(ml_versions_valid_at(v, 1, 0, 1), 0);
+  EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 4096), 1);
+  ml_versions_destroy(v);
+  for (auto& [e, n] : refs) EXPECT_EQ(n, 0) << e;
+  ml_plan_destroy(stale);
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}

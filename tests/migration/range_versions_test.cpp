@@ -232,6 +232,24 @@ TEST_F(RangeVersionsTest, EvictionWritesBackOnlyTheOnlyCopies) {
   ASSERT_FALSE(r.copies.empty());
 }
 
+// A plan whose write-backs cover only part of what the evicted location
+// alone holds is refused before anything changes (references included:
+// the fixture checks them balanced).
+TEST_F(RangeVersionsTest, AnEvictionThatWouldLoseBytesIsRefusedAndChangesNothing) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u);
+  p.copies[0].size = 1024;  // [1024, 4096) left unwritten-back
+  const std::size_t spans = buffer_->span_count();
+  EXPECT_THROW(buffer_->commit_evict(p, std::vector<Event>{ev(50)}, 1), std::invalid_argument);
+  EXPECT_EQ(buffer_->bytes_only_at(1), 4096u);
+  EXPECT_FALSE(buffer_->valid_at(kHost, 0, 1)) << "the write-back was not recorded either";
+  EXPECT_EQ(buffer_->span_count(), spans);
+  EXPECT_THROW(buffer_->commit_evict(p, {}, 1), std::invalid_argument) << "one event per copy";
+}
+
 TEST_F(RangeVersionsTest, FinishedEventsArePruned) {
   ops_.status = [](void*, Event) { return 1; };  // everything has completed
   make(4096);

@@ -143,6 +143,11 @@ ml_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const m
  * only there, and (ml_plan_waits) what must finish before its storage goes. */
 ml_status ml_versions_plan_evict(ml_versions* versions, uint32_t at, const ml_cost_model* cost,
                                      ml_plan* plan);
+/* Records an eviction planned by ml_versions_plan_evict: the write-backs
+ * (copy_events[i] for copy i) become the host's copies, and `at` holds
+ * nothing any more. Errors: INVALID_ARGUMENT (also for a plan that does not
+ * write back every byte only `at` holds: one not made by plan_evict for the
+ * current versions; nothing is changed), MISMATCH. */
 ml_status ml_versions_commit_evict(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
                                        size_t copy_event_count, uint32_t at);
 

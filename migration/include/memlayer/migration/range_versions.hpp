@@ -129,7 +129,11 @@ class RangeVersions {
   /// host's copies and `at` holds nothing any more. A write-back that fails
   /// then loses its bytes (bytes_lost()): a runtime that cannot afford it
   /// writes back first (commit_write_back()) and evicts once
-  /// write_back_needed() says none. O(spans).
+  /// write_back_needed() says none. Throws std::invalid_argument, having
+  /// changed nothing, when `copy_events` does not match the plan's copies,
+  /// or when the plan does not write back every byte only `at` holds (a
+  /// plan plan_evict(at) did not make for the current versions: committing
+  /// it would lose them). O(spans × copies).
   void commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at);
 
   /// Records only the write-backs of a plan_evict() plan: they become the
@@ -229,6 +233,7 @@ class RangeVersions {
   void plan_fetch(SpanMap::const_iterator first, std::uint64_t begin, std::uint64_t end, Location at,
                   const CostModel& cost, Plan& out) const;
   void prepare_commit(std::span<const Use> uses, const Plan& plan);
+  void check_eviction_keeps_content(const Plan& plan, Location at) const;
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
 
   std::uint64_t size_;
