@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -151,12 +153,27 @@ TEST(PoclFailure, ACancelledWriteLeavesThePreviousContent) {
   EXPECT_LT(c.write_seen.status.load(), 0);
   EXPECT_LT(c.read_seen.status.load(), 0);
 
+  // With MEMLAYER_EXPECT_CANCELLED_WRITE_LOSS=1 (pocl71_failure_own_engine_cancelled_write:
+  // PoCL 7.1's own engine, which reads back other bytes on device 1) the
+  // test asserts that loss instead, so that it fails, and says so, should
+  // 7.1's engine stop losing them.
+  const char* expect_loss = std::getenv("MEMLAYER_EXPECT_CANCELLED_WRITE_LOSS");
+  const bool loss_expected = expect_loss != nullptr && std::string(expect_loss) == "1";
+  long lost = 0;
   for (std::size_t q = 0; q < 2; ++q) {
     std::fill(out.begin(), out.end(), 0);
     ASSERT_EQ(clEnqueueReadBuffer(set.queues[q].get(), b.get(), CL_TRUE, 0, kInts * sizeof(cl_int), out.data(), 0,
                                   nullptr, nullptr),
               CL_SUCCESS);
-    EXPECT_EQ(std::count(out.begin(), out.end(), 7), static_cast<long>(kInts)) << "read on device " << q;
+    const long kept = std::count(out.begin(), out.end(), 7);
+    lost += static_cast<long>(kInts) - kept;
+    if (!loss_expected) {
+      EXPECT_EQ(kept, static_cast<long>(kInts)) << "read on device " << q;
+    }
+  }
+  if (loss_expected) {
+    EXPECT_GT(lost, 0) << "PoCL's engine no longer loses the content under a cancelled write: drop "
+                          "MEMLAYER_EXPECT_CANCELLED_WRITE_LOSS from this test's ctest entry";
   }
 }
 
