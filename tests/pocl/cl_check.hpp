@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -191,6 +193,18 @@ inline std::vector<ClusterServer> cluster_servers() {
   long pid = 0, port = 0, devices = 0;
   while (in >> pid >> port >> devices) servers.push_back({pid, port});
   return servers;
+}
+
+/// Runs `f` with a watchdog: fails the test (and ends the program, which
+/// cannot recover a thread stuck in OpenCL) when it takes over `seconds`.
+template <class F>
+auto bounded(const char* what, int seconds, F f) {
+  auto done = std::async(std::launch::async, f);
+  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    std::fprintf(stderr, "HANG: %s did not return within %d s\n", what, seconds);
+    std::_Exit(3);
+  }
+  return done.get();
 }
 
 }  // namespace memlayer::cltest

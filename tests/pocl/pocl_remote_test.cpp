@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <future>
 #include <functional>
 #include <string>
 #include <thread>
@@ -32,18 +31,6 @@ __kernel void bump(__global uint* a, uint rounds) {
   for (uint r = 0; r < rounds; ++r) v = v * 1664525u + 1013904223u;
   a[i] = v;
 })";
-
-// Runs `f` with a watchdog: fails the test (and ends the program, which
-// cannot recover a thread stuck in OpenCL) when it takes over `seconds`.
-template <class F>
-auto bounded(const char* what, int seconds, F f) {
-  auto done = std::async(std::launch::async, f);
-  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
-    std::fprintf(stderr, "HANG: %s did not return within %d s\n", what, seconds);
-    std::_Exit(3);
-  }
-  return done.get();
-}
 
 // Several contexts on one remote device, made, used and released in
 // overlapping order, from two host threads (PoCL 7.1's client crashed in its
