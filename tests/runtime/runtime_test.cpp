@@ -142,29 +142,79 @@ TEST(Runtime, DisjointSubBuffersOnTwoDevicesMoveOnlyTheirBytes) {
   EXPECT_EQ(read_all(*rig.queues[1], parent), expect);
 }
 
+// A refused call's status: its code, and a message naming the problem.
+template <class T>
+void expect_refused(const Result<T>& r, int code, const std::string& says) {
+  ASSERT_FALSE(r.ok()) << "accepted; expected code " << code << " saying: " << says;
+  EXPECT_EQ(r.error().code, code) << r.error().message;
+  EXPECT_NE(r.error().message.find(says), std::string::npos) << r.error().message;
+}
+void expect_refused(const Status& st, int code, const std::string& says) {
+  EXPECT_EQ(st.code, code) << st.message;
+  EXPECT_NE(st.message.find(says), std::string::npos) << st.message;
+}
+
 TEST(Runtime, SubBufferErrors) {
   Rig rig = make_rig(1);
   Buffer parent = buffer(*rig.ctx, 4096, mem::kReadOnly);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 100, 128).error().code, cl::kMisalignedSubBufferOffset);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 4096, 1).error().code, cl::kInvalidValue);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, 0, 0, 0).error().code, cl::kInvalidBufferSize);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, mem::kWriteOnly, 0, 128).error().code, cl::kInvalidValue);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(parent, mem::kUseHostPtr, 0, 128).error().code, cl::kInvalidValue);
+  expect_refused(rig.ctx->create_sub_buffer(parent, 0, 100, 128), cl::kMisalignedSubBufferOffset,
+                 "origin 100 is not a multiple of");
+  expect_refused(rig.ctx->create_sub_buffer(parent, 0, 4096, 1), cl::kInvalidValue,
+                 "[4096, +1) exceeds the parent's 4096 bytes");
+  expect_refused(rig.ctx->create_sub_buffer(parent, 0, 0, 0), cl::kInvalidBufferSize, "size is 0");
+  expect_refused(rig.ctx->create_sub_buffer(parent, mem::kWriteOnly, 0, 128), cl::kInvalidValue,
+                 "its access flags contradict the parent's");
+  expect_refused(rig.ctx->create_sub_buffer(parent, mem::kUseHostPtr, 0, 128), cl::kInvalidValue,
+                 "only access and host-access flags are allowed");
   Buffer sub = rig.ctx->create_sub_buffer(parent, 0, 128, 128).value();
   EXPECT_EQ(sub.flags() & mem::kReadOnly, mem::kReadOnly) << "inherited";
-  EXPECT_EQ(rig.ctx->create_sub_buffer(sub, 0, 0, 64).error().code, cl::kInvalidMemObject);
-  EXPECT_EQ(rig.ctx->create_sub_buffer(Buffer{}, 0, 0, 64).error().code, cl::kInvalidMemObject);
+  expect_refused(rig.ctx->create_sub_buffer(sub, 0, 0, 64), cl::kInvalidMemObject, "the parent is itself a sub-buffer");
+  expect_refused(rig.ctx->create_sub_buffer(Buffer{}, 0, 0, 64), cl::kInvalidMemObject, "the parent is empty");
 }
 
 TEST(Runtime, BufferCreationErrors) {
   Rig rig = make_rig(1);
   int x = 0;
-  EXPECT_EQ(rig.ctx->create_buffer(0, 0).error().code, cl::kInvalidBufferSize);
-  EXPECT_EQ(rig.ctx->create_buffer(mem::kReadOnly | mem::kWriteOnly, 4).error().code, cl::kInvalidValue);
-  EXPECT_EQ(rig.ctx->create_buffer(mem::kUseHostPtr, 4).error().code, cl::kInvalidHostPtr);
-  EXPECT_EQ(rig.ctx->create_buffer(0, 4, &x).error().code, cl::kInvalidHostPtr);
-  EXPECT_EQ(rig.ctx->create_buffer(mem::kUseHostPtr | mem::kCopyHostPtr, 4, &x).error().code, cl::kInvalidValue);
-  EXPECT_EQ(rig.ctx->create_buffer(1u << 20, 4).error().code, cl::kInvalidValue);
+  expect_refused(rig.ctx->create_buffer(0, 0), cl::kInvalidBufferSize, "size is 0");
+  expect_refused(rig.ctx->create_buffer(mem::kReadOnly | mem::kWriteOnly, 4), cl::kInvalidValue,
+                 "more than one of READ_WRITE, WRITE_ONLY, READ_ONLY");
+  expect_refused(rig.ctx->create_buffer(mem::kUseHostPtr, 4), cl::kInvalidHostPtr, "without a host_ptr");
+  expect_refused(rig.ctx->create_buffer(0, 4, &x), cl::kInvalidHostPtr, "host_ptr given without");
+  expect_refused(rig.ctx->create_buffer(mem::kUseHostPtr | mem::kCopyHostPtr, 4, &x), cl::kInvalidValue,
+                 "USE_HOST_PTR excludes ALLOC_HOST_PTR and COPY_HOST_PTR");
+  expect_refused(rig.ctx->create_buffer(1u << 20, 4), cl::kInvalidValue, "unknown flag bits");
+}
+
+// A context needs at least one device, none null, and at most 63 with
+// memory of their own (the planner's locations: migration/location.hpp).
+TEST(Runtime, ContextCreationErrors) {
+  expect_refused(Context::create({}), cl::kInvalidValue, "no devices");
+  std::vector<std::unique_ptr<DeviceDriver>> with_null;
+  with_null.push_back(std::make_unique<drivers::HostDevice>());
+  with_null.push_back(nullptr);
+  expect_refused(Context::create(std::move(with_null)), cl::kInvalidDevice, "device 1 is null");
+  drivers::SimOptions o;
+  o.memory_size = 64 << 10;
+  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
+  ASSERT_TRUE(drivers::SimDevice::create(64, o, sims).ok());
+  std::vector<std::unique_ptr<DeviceDriver>> many;
+  for (auto& d : sims) many.push_back(std::move(d));
+  expect_refused(Context::create(std::move(many)), cl::kInvalidValue, "more than 63 devices with their own memory");
+}
+
+// A user event takes one status, complete or an error; other events none.
+TEST(Runtime, UserEventStatusErrors) {
+  Rig rig = make_rig(1);
+  Event user = rig.ctx->create_user_event();
+  expect_refused(user.set_user_status(3), cl::kInvalidValue, "must be complete (0) or an error (< 0)");
+  ASSERT_TRUE(user.set_user_status(cl::kComplete).ok());
+  expect_refused(user.set_user_status(cl::kComplete), cl::kInvalidOperation, "set already");
+  Buffer b = buffer(*rig.ctx, 64);
+  const std::uint8_t v = 1;
+  Event fill = rig.queues[0]->enqueue_fill(b, &v, 1, 0, 64).value();
+  expect_refused(fill.set_user_status(cl::kComplete), cl::kInvalidEvent, "not a user event");
+  EXPECT_EQ(fill.wait(), cl::kComplete);
+  expect_refused(Event{}.set_user_status(cl::kComplete), cl::kInvalidEvent, "not a user event");
 }
 
 TEST(Runtime, CopyHostPtrAndUseHostPtr) {
@@ -785,19 +835,23 @@ TEST(Runtime, EnqueueArgumentErrors) {
   Buffer b = buffer(*rig.ctx, 64);
   std::uint8_t x[64]{};
   auto& q = *rig.queues[0];
-  EXPECT_EQ(q.enqueue_write(b, 60, 8, x, false).error().code, cl::kInvalidValue);
-  EXPECT_EQ(q.enqueue_read(b, 0, 0, x, false).error().code, cl::kInvalidValue);
-  EXPECT_EQ(q.enqueue_read(Buffer{}, 0, 1, x, false).error().code, cl::kInvalidMemObject);
-  EXPECT_EQ(q.enqueue_read(b, 0, 1, nullptr, false).error().code, cl::kInvalidValue);
-  EXPECT_EQ(q.enqueue_fill(b, x, 3, 0, 63).error().code, cl::kInvalidValue);
-  EXPECT_EQ(q.enqueue_marker(std::vector<Event>{Event{}}).error().code, cl::kInvalidEventWaitList);
+  expect_refused(q.enqueue_write(b, 60, 8, x, false), cl::kInvalidValue, "write: [60, +8) exceeds the buffer's 64 bytes");
+  expect_refused(q.enqueue_read(b, 0, 0, x, false), cl::kInvalidValue, "read: size is 0");
+  expect_refused(q.enqueue_read(Buffer{}, 0, 1, x, false), cl::kInvalidMemObject, "read: the buffer is empty");
+  expect_refused(q.enqueue_read(b, 0, 1, nullptr, false), cl::kInvalidValue, "read: the destination pointer is null");
+  expect_refused(q.enqueue_fill(b, x, 3, 0, 63), cl::kInvalidValue, "fill: the pattern must be 1, 2, 4, ... or 128 bytes");
+  expect_refused(q.enqueue_marker(std::vector<Event>{Event{}}), cl::kInvalidEventWaitList,
+                 "the wait list holds an empty event");
   Buffer host_ro = buffer(*rig.ctx, 64, mem::kHostReadOnly);
-  EXPECT_EQ(q.enqueue_write(host_ro, 0, 1, x, false).error().code, cl::kInvalidOperation);
+  expect_refused(q.enqueue_write(host_ro, 0, 1, x, false), cl::kInvalidOperation,
+                 "write: the buffer is HOST_READ_ONLY or HOST_NO_ACCESS");
   Buffer host_none = buffer(*rig.ctx, 64, mem::kHostNoAccess);
-  EXPECT_EQ(q.enqueue_map(host_none, map::kRead, 0, 64, true).error().code, cl::kInvalidOperation);
-  EXPECT_EQ(rig.ctx->create_queue(5).error().code, cl::kInvalidDevice);
+  expect_refused(q.enqueue_map(host_none, map::kRead, 0, 64, true), cl::kInvalidOperation,
+                 "map: reading a HOST_WRITE_ONLY or HOST_NO_ACCESS buffer");
+  expect_refused(rig.ctx->create_queue(5), cl::kInvalidDevice, "create queue: no device 5");
   Rig other = make_rig(1);
-  EXPECT_EQ(other.queues[0]->enqueue_read(b, 0, 1, x, true).error().code, cl::kInvalidContext);
+  expect_refused(other.queues[0]->enqueue_read(b, 0, 1, x, true), cl::kInvalidContext,
+                 "read: the buffer belongs to another context");
 }
 
 TEST(Runtime, KernelsGetLocalMemoryAndOversizedLaunchesFailAtEnqueue) {
