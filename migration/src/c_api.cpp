@@ -1,5 +1,6 @@
 // The C boundary of the migration planner: preconditions become statuses,
 // exceptions become statuses, and the message stays with the thread.
+#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -54,13 +55,23 @@ ml_status guarded(F&& f) noexcept {
   }
 }
 
+// A use's access as the C caller stored it: any int, which C allows in an
+// enum, while C++ may assume an ml_access holds a value of its range (so
+// it is never loaded as one before it is checked).
+int access_value(const ml_use& u) {
+  static_assert(sizeof(ml_access) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &u.access, sizeof v);
+  return v;
+}
+bool known_access(int a) { return a >= ML_ACCESS_READ && a <= ML_ACCESS_OVERWRITE; }
+
 // Why use i of a list failed to_uses' checks. Out of line: the messages are
 // built only on failure, and keep the check loop small.
 [[gnu::cold, gnu::noinline]] ml_status bad_use(const ml_use& u, std::size_t i, std::uint64_t size) {
   const std::string which = "migration: use " + std::to_string(i);
   if (u.size == 0) return fail(ML_ERROR_INVALID_ARGUMENT, which + " has size 0");
-  if (u.access < ML_ACCESS_READ || u.access > ML_ACCESS_OVERWRITE)
-    return fail(ML_ERROR_INVALID_ARGUMENT, which + " has an unknown access");
+  if (!known_access(access_value(u))) return fail(ML_ERROR_INVALID_ARGUMENT, which + " has an unknown access");
   return fail(ML_ERROR_OUT_OF_RANGE, which + " [" + std::to_string(u.offset) + ", +" + std::to_string(u.size) +
                                        ") is beyond the buffer's " + std::to_string(size) + " bytes");
 }
@@ -71,10 +82,9 @@ ml_status to_uses(const ml_use* uses, std::size_t n, std::uint64_t size, std::ve
   out.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const ml_use& u = uses[i];
-    if (u.size == 0 || u.access < ML_ACCESS_READ || u.access > ML_ACCESS_OVERWRITE || u.offset > size ||
-        u.size > size - u.offset)
-      return bad_use(u, i, size);
-    out[i] = Use{u.offset, u.size, static_cast<Access>(u.access)};
+    const int access = access_value(u);
+    if (u.size == 0 || !known_access(access) || u.offset > size || u.size > size - u.offset) return bad_use(u, i, size);
+    out[i] = Use{u.offset, u.size, static_cast<Access>(access)};
   }
   return ML_OK;
 }

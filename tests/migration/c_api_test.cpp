@@ -1,6 +1,7 @@
 // The migration planner's C API: the same planner behind checked arguments.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -37,6 +38,49 @@ TEST(MigrationCApi, BadArgumentsGetStatusesAndMessages) {
   EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 64), 1);
   ml_versions_destroy(v);
   ml_versions_destroy(nullptr);
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}
+
+// Each refused call names its problem in ml_last_error_message().
+TEST(MigrationCApi, EachBadArgumentIsNamed) {
+  auto says = [](ml_status got, ml_status want, const char* words) {
+    EXPECT_EQ(got, want) << ml_status_name(got);
+    const std::string message = ml_last_error_message();
+    EXPECT_NE(message.find(words), std::string::npos) << message;
+  };
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  says(ml_cost_model_create(-1, 1e9, &cost), ML_ERROR_INVALID_ARGUMENT, "latency >= 0 and bandwidth > 0");
+  says(ml_cost_model_create(1e-5, 1e9, nullptr), ML_ERROR_INVALID_ARGUMENT, "need out");
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
+  says(ml_cost_model_set_host_link(cost, 0, 1e-6, 1e9), ML_ERROR_INVALID_ARGUMENT, "bad host link");  // 0 is the host
+  says(ml_cost_model_set_host_link(cost, 64, 1e-6, 1e9), ML_ERROR_INVALID_ARGUMENT, "bad host link");
+  says(ml_cost_model_set_host_link(cost, 1, 1e-6, 0), ML_ERROR_INVALID_ARGUMENT, "bad host link");
+  EXPECT_EQ(ml_cost_model_set_host_link(cost, 1, 1e-6, 2e9), ML_OK);
+  says(ml_cost_model_set_direct(cost, 1, 1, 1e-6, 1e9), ML_ERROR_INVALID_ARGUMENT, "bad direct link");
+  says(ml_cost_model_set_direct(cost, 1, 64, 1e-6, 1e9), ML_ERROR_INVALID_ARGUMENT, "bad direct link");
+  says(ml_cost_model_set_direct(nullptr, 1, 2, 1e-6, 1e9), ML_ERROR_INVALID_ARGUMENT, "bad direct link");
+  says(ml_plan_create(nullptr), ML_ERROR_INVALID_ARGUMENT, "null out");
+  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
+  says(ml_versions_create(64, 1, nullptr, nullptr), ML_ERROR_INVALID_ARGUMENT, "need out");
+  ASSERT_EQ(ml_versions_create(64, 1, nullptr, &v), ML_OK);
+  ml_use unknown{0, 8, ML_ACCESS_READ};
+  const int not_an_access = 99;  // what a C caller can pass
+  static_assert(sizeof unknown.access == sizeof not_an_access);
+  std::memcpy(&unknown.access, &not_an_access, sizeof not_an_access);
+  says(ml_versions_plan(v, &unknown, 1, 1, cost, plan), ML_ERROR_INVALID_ARGUMENT, "use 0 has an unknown access");
+  ml_use ok{0, 64, ML_ACCESS_READ}, zero{0, 0, ML_ACCESS_READ};
+  ml_use two[] = {ok, zero};
+  says(ml_versions_plan(v, two, 2, 1, cost, plan), ML_ERROR_INVALID_ARGUMENT, "use 1 has size 0");
+  says(ml_versions_plan(v, &ok, 1, 64, cost, plan), ML_ERROR_INVALID_ARGUMENT, "location 64 >= 64");
+  says(ml_versions_plan(v, &ok, 1, 1, nullptr, plan), ML_ERROR_INVALID_ARGUMENT, "null argument");
+  ASSERT_EQ(ml_versions_plan(v, &ok, 1, 1, cost, plan), ML_OK);
+  says(ml_versions_commit(v, plan, nullptr, 0, &ok, 1, 1, nullptr), ML_ERROR_MISMATCH, "0 copy events for 1 planned copies");
+  says(ml_versions_plan_evict(v, 0, cost, plan), ML_ERROR_INVALID_ARGUMENT, "the host location");
+  says(ml_versions_commit_evict(v, plan, nullptr, 0, 0), ML_ERROR_INVALID_ARGUMENT, "the host location");
+  ml_versions_destroy(v);
   ml_plan_destroy(plan);
   ml_cost_model_destroy(cost);
 }
