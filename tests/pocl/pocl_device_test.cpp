@@ -341,8 +341,17 @@ TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
             CL_MEM_OBJECT_ALLOCATION_FAILURE);
   EXPECT_EQ(ev, nullptr);
   EXPECT_EQ(clFinish(queue_.get()), CL_SUCCESS);
-  // The inputs are intact, and a command that fits still runs.
+  // The inputs are intact, and a command that fits still runs: the sum into
+  // the second input (48 MiB in all).
   for (std::uint32_t i = 0; i < 2; ++i) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 7)) << i;
+  cl_mem into = bufs[1].get();
+  ASSERT_EQ(clSetKernelArg(k.get(), 2, sizeof into, &into), CL_SUCCESS);
+  ASSERT_EQ(clEnqueueNDRangeKernel(queue_.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            CL_SUCCESS);
+  std::vector<std::uint32_t> sums(global);
+  ASSERT_EQ(clEnqueueReadBuffer(queue_.get(), into, CL_TRUE, 0, global * 4, sums.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  for (std::uint32_t i = 0; i < global; ++i) EXPECT_EQ(sums[i], i + (7 + i)) << i;
 }
 
 TEST_F(PoclDevice, MoreLocalMemoryThanTheDeviceHasIsRefusedAtEnqueue) {
