@@ -444,6 +444,21 @@ TEST(BlockCacheConcurrency, ThreadsAcquireAndReleaseUnderSharedTags) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       std::mt19937 rng(100 + t);
+      // Each thread holds up to four blocks at a time, so that a block
+      // handed out twice is held by two threads at once and seen in `live`.
+      struct Held {
+        std::uint64_t tag;
+        CachedBlock block;
+      };
+      std::vector<Held> held;
+      auto give_back = [&](std::size_t k) {
+        {
+          std::lock_guard lock(live_mutex);
+          live.erase(held[k].block.address());
+        }
+        cache.release(held[k].tag, held[k].block);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      };
       for (int i = 0; i < 4000; ++i) {
         const std::uint64_t tag = rng() % 3;
         auto b = cache.acquire(tag, 1 * KiB + (rng() % 4) * 1 * KiB);
@@ -452,12 +467,10 @@ TEST(BlockCacheConcurrency, ThreadsAcquireAndReleaseUnderSharedTags) {
           std::lock_guard lock(live_mutex);
           ASSERT_TRUE(live.insert(b.value().address()).second) << "one block handed to two users";
         }
-        {
-          std::lock_guard lock(live_mutex);
-          live.erase(b.value().address());
-        }
-        cache.release(tag, b.value());
+        held.push_back({tag, b.value()});
+        if (held.size() == 4) give_back(rng() % held.size());
       }
+      while (!held.empty()) give_back(held.size() - 1);
     });
   for (auto& th : threads) th.join();
   const CacheStats s = cache.stats();
