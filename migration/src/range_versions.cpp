@@ -712,10 +712,8 @@ void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) 
 }
 
 void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
-  if (copy_events.size() != plan.copies.size())
-    throw std::invalid_argument("migration: commit needs one event per planned copy");
   check_eviction_keeps_content(plan, at);
-  commit_write_back(plan, copy_events);
+  commit_write_back(plan, copy_events);  // checks the events first, then changes
   auto forget = [&](Span& x) {
     auto h = std::find_if(x.holders.begin(), x.holders.end(), [&](const Holder& y) { return y.where == at; });
     if (h == x.holders.end()) return;

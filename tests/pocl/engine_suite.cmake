@@ -54,7 +54,7 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   suite_test(${api}migration "memlayer memlayer" $<TARGET_FILE:pocl_migration_test>)
 
   # A bad engine choice is named on stderr; the build's default engine runs.
-  suite_test(${api}bad_engine_choice "memlayer memlayer" ${PROJECT_SOURCE_DIR}/tests/expect_exit.sh 0
+  suite_test(${api}bad_engine_choice "memlayer memlayer" ${MEMLAYER_EXPECT_EXIT} 0
     "POCL_MEMLAYER_MIGRATION must be 0 or 1, not 'yes'; using 1" " 0 mismatches" -- $<TARGET_FILE:memlayer-cl-stress> --ops 20)
   suite_env(${api}bad_engine_choice "POCL_MEMLAYER_MIGRATION=yes")
 

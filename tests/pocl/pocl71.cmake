@@ -109,16 +109,15 @@ set_property(TEST pocl71_suite_runtime pocl71_suite_runtime_device_without_range
 
 # A bad device parameter: the device is left out and stderr says why.
 # (memlayer-cl-stress then finds no device: exit status 2.)
-memlayer_pocl71_test(pocl71_bad_parameter memlayer ${PROJECT_SOURCE_DIR}/tests/expect_exit.sh 2
+memlayer_pocl71_test(pocl71_bad_parameter memlayer ${MEMLAYER_EXPECT_EXIT} 2
   "memlayer device 0: memlayer parameters: unknown key 'size'" "no OpenCL devices" -- $<TARGET_FILE:memlayer-cl-stress> --ops 1)
 set_property(TEST pocl71_bad_parameter APPEND PROPERTY ENVIRONMENT "POCL_MEMLAYER0_PARAMETERS=size=1G")
 
 # The build script's bad inputs: exit status 1 and a one-line message that
 # names the fix (tests/expect_exit.sh). They build nothing.
 set(build_pocl ${PROJECT_SOURCE_DIR}/drivers/pocl/build-pocl.sh)
-set(expect_exit ${PROJECT_SOURCE_DIR}/tests/expect_exit.sh)
 function(memlayer_pocl71_error_test name message)
-  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -E env ${ARGN} ${expect_exit} 1 --one-line-error "${message}" --
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -E env ${ARGN} ${MEMLAYER_EXPECT_EXIT} 1 --one-line-error "${message}" --
                                 ${build_pocl} --pocl=7.1 --print-dir)
   set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 60)
 endfunction()
@@ -192,7 +191,7 @@ set_property(TEST pocl71_remote_suite_runtime APPEND PROPERTY RESOURCE_LOCK pocl
 # pocl-cluster.sh's bad inputs: exit status 1 and one line naming the
 # problem; no server starts.
 function(memlayer_cluster_error_test name message)
-  add_test(NAME ${name} COMMAND ${expect_exit} 1 --one-line-error "${message}" -- ${pocl_cluster} ${ARGN})
+  add_test(NAME ${name} COMMAND ${MEMLAYER_EXPECT_EXIT} 1 --one-line-error "${message}" -- ${pocl_cluster} ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS pocl71 TIMEOUT 60)
 endfunction()
 set(cluster_state ${CMAKE_CURRENT_BINARY_DIR}/cluster-error-state)

@@ -19,8 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -30,19 +32,35 @@ namespace {
 
 using namespace memlayer::cltest;
 
-// A connection to 127.0.0.1:`port` (-1 when it could not be made).
-int connect_to(long port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
+// A TCP connection, closed when it goes out of scope (fd < 0: none).
+struct Socket {
+  int fd = -1;
+  Socket() = default;
+  explicit Socket(int f) : fd(f) {}
+  Socket(Socket&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Socket& operator=(Socket&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~Socket() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// A connection to 127.0.0.1:`port` (fd < 0 when it could not be made).
+Socket connect_to(long port) {
+  Socket s(socket(AF_INET, SOCK_STREAM, 0));
+  if (s.fd < 0) return s;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
+  if (connect(s.fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int why = errno;  // the caller reports it; closing may change it
+    s = Socket{};
+    errno = why;
   }
-  return fd;
+  return s;
 }
 
 // Sends `req` as PoCL's client and servers do: its size, then its bytes.
@@ -67,17 +85,17 @@ bool read_reply(int fd, ReplyMsg_t& reply) {
 }
 
 // A session of the test's own, opened on a server's command port as PoCL's
-// client opens one: its number and key, live while `fd` stays open.
+// client opens one: its number and key, live while `connection` is open.
 struct Session {
-  int fd = -1;
+  Socket connection;
   std::uint64_t number = 0;
   std::uint8_t key[AUTHKEY_LENGTH] = {};
 };
 
 Session open_session(long port) {
   Session s;
-  s.fd = connect_to(port);
-  if (s.fd < 0) {
+  s.connection = connect_to(port);
+  if (s.connection.fd < 0) {
     ADD_FAILURE() << "connect to the command port " << port << ": " << std::strerror(errno);
     return s;
   }
@@ -85,7 +103,7 @@ Session open_session(long port) {
   req.message_type = MessageType_CreateOrAttachSession;
   req.m.get_session.fast_socket = 1;
   ReplyMsg_t reply{};
-  if (!send_request(s.fd, req) || !read_reply(s.fd, reply) ||
+  if (!send_request(s.connection.fd, req) || !read_reply(s.connection.fd, reply) ||
       reply.message_type != MessageType_CreateOrAttachSessionReply) {
     ADD_FAILURE() << "the server on port " << port << " opened no session";
     return s;
@@ -99,8 +117,8 @@ Session open_session(long port) {
 // is answered (the connection joins the session), as a server the client
 // introduced would send it (pocld's PeerHandler::connectPeer).
 bool handshake_answered(long port, std::uint64_t session, const std::uint8_t (&key)[AUTHKEY_LENGTH]) {
-  const int fd = connect_to(port);
-  if (fd < 0) {
+  const Socket peer = connect_to(port);
+  if (peer.fd < 0) {
     ADD_FAILURE() << "connect to the peer port " << port << ": " << std::strerror(errno);
     return false;
   }
@@ -109,11 +127,9 @@ bool handshake_answered(long port, std::uint64_t session, const std::uint8_t (&k
   req.session = session;
   std::memcpy(req.authkey, key, AUTHKEY_LENGTH);
   req.m.peer_handshake.peer_id = 77;
-  EXPECT_TRUE(send_request(fd, req)) << "sending the handshake: " << std::strerror(errno);
+  EXPECT_TRUE(send_request(peer.fd, req)) << "sending the handshake: " << std::strerror(errno);
   ReplyMsg_t reply{};
-  const bool answered = read_reply(fd, reply) && reply.message_type == MessageType_PeerHandshakeReply;
-  close(fd);
-  return answered;
+  return read_reply(peer.fd, reply) && reply.message_type == MessageType_PeerHandshakeReply;
 }
 
 TEST(PocldPeers, APeerWithoutTheSessionKeyIsRefused) {
@@ -145,7 +161,7 @@ TEST(PocldPeers, APeerWithoutTheSessionKeyIsRefused) {
     // A session of the test's own: its key is taken, a key one bit off and
     // none are not.
     Session own = open_session(server.port);
-    ASSERT_GE(own.fd, 0);
+    ASSERT_GE(own.connection.fd, 0);
     EXPECT_TRUE(handshake_answered(peer_port, own.number, own.key))
         << "server " << server.pid << " refused a peer with the key of session " << own.number;
     std::uint8_t off_by_one_bit[AUTHKEY_LENGTH];
@@ -164,7 +180,7 @@ TEST(PocldPeers, APeerWithoutTheSessionKeyIsRefused) {
       EXPECT_FALSE(handshake_answered(peer_port, session, zero))
           << "server " << server.pid << " took a peer for session " << session << " with no key";
     }
-    close(own.fd);
+    // `own` ends here: its connection closes, and with it the session.
   }
 
   // Each of those sessions of the test's own ended with its peer lost (its
