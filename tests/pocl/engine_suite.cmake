@@ -34,7 +34,8 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   suite_test(${api}svm_beside_cpu "${cpu} memlayer" $<TARGET_FILE:pocl_svm_test> --gtest_filter=Svm.*)
   suite_env(${api}svm_off "POCL_MEMLAYER0_PARAMETERS=svm_space=0" "POCL_MEMLAYER1_PARAMETERS=svm_space=0"
             "MEMLAYER_EXPECT_SVM=0")
-  suite_test(${api}failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=-PoclFaults.*:PoclPeerFaults.*)
+  suite_test(${api}failure "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
+    --gtest_filter=-PoclFaults.*:PoclPeerFaults.*:PoclWriteBackFaults.*:PoclLinkFailures.*)
   # Device 0's peer links failing (its host link working): migrations from it
   # are made from the host copy instead, or fail losing nothing.
   suite_test(${api}failure_peer_faults "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=PoclPeerFaults.*)
@@ -42,6 +43,19 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   # The same program with device 0 failing every transfer (fault injection).
   suite_test(${api}failure_faults "memlayer memlayer" $<TARGET_FILE:pocl_failure_test> --gtest_filter=PoclFaults.*)
   suite_env(${api}failure_faults "POCL_MEMLAYER0_PARAMETERS=transfer_faults=1")
+  # A write-back of the only copy of bytes that fails every try (device 0,
+  # 1 MiB, fails every transfer): the command that wanted the room fails,
+  # the bytes stay (the adapter's synchronous write-back lost them).
+  suite_test(${api}failure_write_back_faults "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
+    --gtest_filter=PoclWriteBackFaults.*)
+  suite_env(${api}failure_write_back_faults "POCL_MEMLAYER0_PARAMETERS=global_mem=1M,transfer_faults=1"
+      "POCL_MEMLAYER_ROOM_WAIT_MS=500")
+  # Links of commands to what they wait for that fail (out of host memory,
+  # injected after the first: POCL_MEMLAYER_TEST_LINKS): no command runs out
+  # of order (the adapter dropped the failure, and the command ran at once).
+  suite_test(${api}failure_link_failures "memlayer memlayer" $<TARGET_FILE:pocl_failure_test>
+    --gtest_filter=PoclLinkFailures.*)
+  suite_env(${api}failure_link_failures "POCL_MEMLAYER_TEST_LINKS=1")
 
   suite_test(${api}device memlayer $<TARGET_FILE:pocl_device_test> --gtest_filter=-*QueuedWork*)
   suite_env(${api}device "POCL_MEMLAYER0_PARAMETERS=global_mem=64M,local_mem=32K,compute_units=2"

@@ -4,7 +4,8 @@
 // on the other device that fails because it depended on it, and a callback
 // registered after the failure (PoCL 3.1 called none of them, 7.1 called
 // them with CL_COMPLETE: drivers/pocl/patches/pocl-*-callbacks-on-error.patch).
-// A cancelled write leaves the buffer as it was. Waits are bounded: a
+// A cancelled write leaves the buffer as it was; so do a write-back and
+// links to what a command waits for that fail. Waits are bounded: a
 // callback that never comes fails the test, it does not hang it.
 #include <gtest/gtest.h>
 
@@ -395,6 +396,111 @@ TEST(PoclPeerFaults, AMigrationWithNoOtherSourceFailsTheCommandAndLosesNothing) 
   ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
             CL_SUCCESS);
   EXPECT_EQ(out, data);
+}
+
+// Device 0 has 1 MiB and fails every transfer (POCL_MEMLAYER0_PARAMETERS=
+// global_mem=1M,transfer_faults=1, POCL_MEMLAYER_ROOM_WAIT_MS=500; ctest:
+// pocl_failure_write_back_faults). A kernel there made the only copy of a's
+// bytes; a kernel on b, which does not fit beside a, has a's bytes written
+// back to the host copy first: a transfer that fails every try. The kernel
+// on b then fails for want of room, and a's bytes stay where they are, read
+// on device 1. (The adapter ran that write-back through the driver's `read`
+// on the enqueuing thread, which cannot report a failure: the host copy was
+// taken as valid and a's storage freed, its bytes lost.)
+TEST(PoclWriteBackFaults, AWriteBackThatFailsKeepsTheOnlyCopy) {
+  DeviceSet set = open_device_set("kernel void fill(global int* p, int base) { p[get_global_id(0)] = base + (int)get_global_id(0); }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  constexpr std::size_t kInts = 192 << 10;  // 768 KiB: two do not fit in 1 MiB
+  constexpr std::size_t kBytes = kInts * sizeof(cl_int);
+  constexpr cl_int kBase = 1000;
+  cl_int err = CL_SUCCESS;
+  Mem a(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, kBytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, kBytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Kernel fill(clCreateKernel(set.program.get(), "fill", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_command_queue q0 = set.queues[0].get();
+  auto fill_on_device_0 = [&](cl_mem m, cl_int base) {
+    const std::size_t global = kInts;
+    cl_int e = clSetKernelArg(fill.get(), 0, sizeof m, &m);
+    if (e == CL_SUCCESS) e = clSetKernelArg(fill.get(), 1, sizeof base, &base);
+    if (e == CL_SUCCESS) e = clEnqueueNDRangeKernel(q0, fill.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr);
+    const cl_int finished = clFinish(q0);
+    return e != CL_SUCCESS ? e : finished;
+  };
+  ASSERT_EQ(fill_on_device_0(a.get(), kBase), CL_SUCCESS);  // a's bytes: on device 0 only
+
+  const cl_int needs_room = bounded("the kernel that needs a's room", 120, [&] { return fill_on_device_0(b.get(), 5); });
+  EXPECT_EQ(needs_room, CL_MEM_OBJECT_ALLOCATION_FAILURE) << "a's write-back fails every try: no room for b";
+
+  std::vector<cl_int> out(kInts, 0);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[1].get(), a.get(), CL_TRUE, 0, kBytes, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  std::size_t lost = 0;
+  for (std::size_t i = 0; i < kInts; ++i) lost += out[i] != kBase + static_cast<cl_int>(i) ? 1 : 0;
+  EXPECT_EQ(lost, 0u) << "of a's " << kInts << " ints, read on device 1";
+}
+
+// Run with POCL_MEMLAYER_TEST_LINKS=1 (ctest: pocl_failure_link_failures):
+// the adapter links commands to one running event in all; every later link
+// fails as out of host memory would (PoCL's pocl_create_event_sync, whose
+// status the adapter dropped: the command ran without the order the engine
+// had committed). A command whose links fail never runs out of order: one
+// the engine committed fails without running, and is undone; a copy, or a
+// user's wait list, fails the enqueue before anything is committed.
+TEST(PoclLinkFailures, ACommandWhoseWaitsCannotBeLinkedNeverRunsOutOfOrder) {
+  DeviceSet set = open_device_set("kernel void unused(global int* p) { p[0] = 0; }");
+  ASSERT_EQ(set.devices.size(), 2u) << "run with POCL_DEVICES=\"memlayer memlayer\"";
+  std::vector<cl_int> first(4096, 1), second(4096, 2), out(4096, 0);
+  const std::size_t bytes = first.size() * sizeof(cl_int);
+  cl_int err = CL_SUCCESS;
+  Mem b(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem c(clCreateBuffer(set.ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Event gate(clCreateUserEvent(set.ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = gate.get();
+
+  // The one link: the first write waits for the gate.
+  cl_event e = nullptr;
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[0].get(), b.get(), CL_FALSE, 0, bytes, first.data(), 1, &g, &e),
+            CL_SUCCESS);
+  Event write1(e);
+
+  // A write of the same bytes on device 1, which the engine orders after
+  // the first: it fails, and runs neither before nor after it.
+  ASSERT_EQ(clEnqueueWriteBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, bytes, second.data(), 0, nullptr, &e),
+            CL_SUCCESS);
+  Event write2(e);
+  cl_int status = CL_COMPLETE;
+  ASSERT_TRUE(ends(write2.get(), status)) << "the second write never ended";
+  EXPECT_LT(status, 0) << "the second write ran before the first, whose gate is still closed";
+
+  // A read on device 1: its copy from device 0 waits for the first write.
+  e = nullptr;
+  EXPECT_EQ(clEnqueueReadBuffer(set.queues[1].get(), b.get(), CL_FALSE, 0, bytes, out.data(), 0, nullptr, &e),
+            CL_OUT_OF_HOST_MEMORY);
+  Event read(e);
+  EXPECT_EQ(e, nullptr);
+
+  // The user's own wait list.
+  e = nullptr;
+  EXPECT_EQ(clEnqueueWriteBuffer(set.queues[1].get(), c.get(), CL_FALSE, 0, bytes, second.data(), 1, &g, &e),
+            CL_OUT_OF_HOST_MEMORY);
+  Event gated(e);
+  EXPECT_EQ(e, nullptr);
+
+  // The gate opens: the first write runs, and its bytes are b's. (Nothing
+  // is running now: what follows needs no link.)
+  ASSERT_EQ(clSetUserEventStatus(g, CL_COMPLETE), CL_SUCCESS);
+  ASSERT_TRUE(ends(write1.get(), status)) << "the first write never ended";
+  EXPECT_EQ(status, CL_COMPLETE);
+  ASSERT_EQ(clFinish(set.queues[1].get()), CL_SUCCESS);
+  ASSERT_EQ(clEnqueueReadBuffer(set.queues[0].get(), b.get(), CL_TRUE, 0, bytes, out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  EXPECT_EQ(out, first);
 }
 
 }  // namespace

@@ -14,7 +14,9 @@ extern "C" {
 
 #include <cstddef>
 #include <cstdlib>
+#include <new>
 #include <span>
+#include <vector>
 
 #ifndef MEMLAYER_POCL_MAJOR
 #error "MEMLAYER_POCL_MAJOR is not set (drivers/pocl/core-tree.cmake sets it from PoCL's MAJOR_VERSION)"
@@ -22,14 +24,82 @@ extern "C" {
 
 namespace memlayer::pocl_core::compat {
 
-/// `waiting` runs only after `notifier` has ended (and fails if it failed).
-/// PoCL 7.1 takes the two in the other order than 3.1 (our 3.1 patch's
-/// export): both have the same types, so every call goes through here.
-inline void depend(cl_event waiting, cl_event notifier) {
+/// PoCL's event nodes for link(), two per link, taken before any event is
+/// locked. pocl_create_event_sync takes them with both events locked and,
+/// out of host memory, returns with both still locked (3.1 and 7.1; a
+/// deadlock at the next lock of either): the adapter links through here
+/// instead, so that a link cannot fail once the nodes are held. The nodes
+/// left over go back to PoCL's pool with this object.
+class LinkNodes {
+ public:
+  LinkNodes() = default;
+  LinkNodes(const LinkNodes&) = delete;
+  LinkNodes& operator=(const LinkNodes&) = delete;
+  ~LinkNodes() {
+    for (event_node* n : nodes_) pocl_mem_manager_free_event_node(n);
+  }
+  /// Holds the nodes of `links` links in all. False when out of host
+  /// memory; what it held stays held.
+  bool reserve(std::size_t links) {
+    try {
+      nodes_.reserve(2 * links);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    while (nodes_.size() < 2 * links) {
+      event_node* n = pocl_mem_manager_new_event_node();
+      if (n == nullptr) return false;
+      nodes_.push_back(n);  // within the capacity reserved above
+    }
+    return true;
+  }
+  /// One node; precondition: reserve() made room for the link it is for.
+  event_node* take() noexcept {
+    event_node* n = nodes_.back();
+    nodes_.pop_back();
+    return n;
+  }
+
+ private:
+  std::vector<event_node*> nodes_;
+};
+
+/// `waiting` (a command not yet enqueued) runs only after `notifier` has
+/// ended, and fails without running if it failed (our patches'
+/// dependency_failed, which PoCL's pocl_command_enqueue and the memlayer
+/// driver act on): pocl_create_event_sync's work, with two of `nodes`,
+/// which hold room for this link (reserve()): it cannot fail. Nothing to
+/// link when `notifier` has completed, or `waiting` waits for it already.
+/// PoCL 7.1 locks the notifier first and gives its notify list a reference
+/// to the waiting event (its pocl_broadcast drops it); 3.1 locks them in
+/// id order, and the list holds none. (PoCL's event tracing lists only the
+/// dependencies PoCL linked itself.)
+inline void link(cl_event waiting, cl_event notifier, LinkNodes& nodes) {
 #if MEMLAYER_POCL_MAJOR >= 7
-  pocl_create_event_sync(notifier, waiting);
+  pocl_lock_events_inorder(notifier, waiting);
 #else
-  pocl_create_event_sync(waiting, notifier);
+  pocl_lock_events_inorder(waiting, notifier);
+#endif
+  bool linked = false;
+  for (event_node* item = waiting->wait_list; item != nullptr && !linked; item = item->next)
+    linked = item->event == notifier;
+  if (!linked && notifier->status < 0) {
+    waiting->dependency_failed = 1;
+  } else if (!linked && notifier->status != CL_COMPLETE) {
+    event_node* target = nodes.take();
+    event_node* item = nodes.take();
+    target->event = waiting;
+    item->event = notifier;
+#if MEMLAYER_POCL_MAJOR >= 7
+    POCL_RETAIN_OBJECT_UNLOCKED(waiting);
+#endif
+    LL_PREPEND(notifier->notify_list, target);
+    LL_PREPEND(waiting->wait_list, item);
+  }
+#if MEMLAYER_POCL_MAJOR >= 7
+  pocl_unlock_events_inorder(notifier, waiting);
+#else
+  pocl_unlock_events_inorder(waiting, notifier);
 #endif
 }
 

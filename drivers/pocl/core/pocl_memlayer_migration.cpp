@@ -56,7 +56,6 @@ bool finished(cl_event e) {
   // CL_COMPLETE is 0, failures are negative; status only decreases.
   return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
 }
-bool completed(cl_event e) { return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) == CL_COMPLETE; }
 
 // ---- engine choice ----------------------------------------------------------
 
@@ -116,6 +115,52 @@ void release_event(cl_event e, std::uint32_t count) {
   }
   POname(clReleaseEvent)(e);
 }
+
+// ---- links to what commands wait for -------------------------------------------
+
+// How many of `events` are still running: the links a command or copy that
+// waits for them may need (one that ends meanwhile needs none).
+template <class Events>
+std::size_t running(const Events& events) {
+  return static_cast<std::size_t>(
+      std::count_if(std::begin(events), std::end(events), [](auto e) { return !finished(event_of(e)); }));
+}
+
+// For tests: POCL_MEMLAYER_TEST_LINKS=N lets the adapter reserve links to N
+// running events in all, then fails each reservation as out of host memory
+// would (compat::LinkNodes::reserve), at whichever step it comes: a copy's
+// (create_copy), a user's wait list (make_command, before the engine), or
+// the engine's waits (after it). Unset: no limit. Read once.
+long read_link_limit() {
+  const char* v = std::getenv("POCL_MEMLAYER_TEST_LINKS");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0) {
+    std::fprintf(stderr, "pocl: POCL_MEMLAYER_TEST_LINKS must be a number of links, not '%s'; no limit\n", v);
+    return -1;
+  }
+  return n;
+}
+
+bool within_link_limit(std::size_t more) {
+  static const long limit = read_link_limit();
+  if (limit < 0 || more == 0) return true;
+  static std::atomic<unsigned long> reserved{0};
+  return reserved.fetch_add(more) + more <= static_cast<unsigned long>(limit);
+}
+
+// Makes `nodes` hold the nodes of `total` links, `more` of them new to the
+// caller's count. False when out of host memory.
+bool reserve_links(compat::LinkNodes& nodes, std::size_t more, std::size_t total) {
+  return within_link_limit(more) && nodes.reserve(total);
+}
+
+// A copy made and not started: CopyHandle::host_data.
+struct PendingCopy {
+  _cl_command_node* node = nullptr;
+  compat::LinkNodes links;  // one link per event of its request's `after` running when it was made
+};
 
 class PoclHost final : public memlayer::engine::Host {
  public:
@@ -338,19 +383,20 @@ bool PoclHost::can_evict(void* cookie, Location) const noexcept { return !compat
 CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   BufferState& b = buffer_of(r.cookie);
   cl_mem mem = b.mem;
-  // PoCL frees a buffer's storage on a device only as a whole and cannot
-  // fence its reuse: an eviction whose write-back can run now runs it here,
-  // so the storage is free for the allocation that asked for room.
-  // (Completed: a source whose maker failed since the plan is copied by a
-  // command that PoCL then fails.)
-  if (r.write_back && std::all_of(r.after.begin(), r.after.end(), [](Event e) { return completed(event_of(e)); })) {
-    cl_device_id dev = cs_.device(r.src);
-    dev->ops->read(dev->data, static_cast<char*>(mem->mem_host_ptr) + r.offset, &mem->device_ptrs[dev->global_mem_id],
-                   mem, r.offset, r.size);
-    CopyHandle done;
-    done.completed = true;
-    return done;
+  // Every copy, an eviction's write-back included, is a migration command
+  // on a queue, whose failure the engine sees: its storage stays until the
+  // write-back has completed (engine/src/transaction.cpp: write_back), and
+  // the enqueue that wanted the room waits for it (device_busy). What
+  // starting it needs is made here, before the engine commits it: the
+  // command, and the nodes that link it to what it waits for
+  // (submit_copy cannot fail).
+  std::shared_ptr<PendingCopy> pending;
+  try {
+    pending = std::make_shared<PendingCopy>();
+  } catch (const std::bad_alloc&) {
+    return {};
   }
+  if (!reserve_links(pending->links, running(r.after), running(r.after))) return {};
   // The copy holds the buffer until it has run; one whose last reference
   // is gone (being released) is not copied.
   POCL_LOCK_OBJ(mem);
@@ -375,9 +421,10 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   if (r.dst == kHost) compat::point_to_host(node, cs_.device(r.src));
   else compat::point_into_device(node, cs_.device(r.dst), cs_.source(r.src));
   record_fallbacks(r, ev);
+  pending->node = node;
   CopyHandle h;
   h.event = ev;
-  h.host_data = std::shared_ptr<void>(std::shared_ptr<void>(), node);  // no ownership, no allocation
+  h.host_data = std::move(pending);
   return h;
 }
 
@@ -402,19 +449,26 @@ void PoclHost::record_fallbacks(const CopyRequest& r, cl_event ev) {
 // of its dependencies is still pending. That dependency's notify list still
 // names it, without a reference: once ending it dropped the last reference,
 // the later broadcast would lock a freed event (PTHREAD ERROR in
-// pocl_lock_events_inorder). Such an event is held here until its wait list
-// is empty; each enqueue lets go of those whose lists have emptied.
+// pocl_lock_events_inorder). pocl_command_enqueue itself links the command
+// to an in-order queue's last command before it fails it, so an event with
+// an empty wait list here may have one there. Such an event is held here
+// until its wait list is empty; each enqueue lets go of those whose lists
+// have emptied.
 class HeldFailures {
  public:
   // Call with the command made and its syncs created, before it is enqueued.
   void hold_if_failing_early(cl_event e) {
     POCL_LOCK_OBJ(e);
-    const bool hold = e->dependency_failed && e->wait_list != nullptr;
+    const bool hold = e->dependency_failed != 0;
     if (hold) ++e->pocl_refcount;
     POCL_UNLOCK_OBJ(e);
     if (!hold) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    held_.push_back(e);
+    try {
+      held_.push_back(e);
+    } catch (const std::bad_alloc&) {
+      return;  // out of host memory: the reference stays, and the event with it (never a freed one linked)
+    }
     count_.store(held_.size(), std::memory_order_release);
   }
   // Releases the held events whose dependencies have all ended. O(1) when
@@ -444,31 +498,20 @@ class HeldFailures {
 
 HeldFailures& held_failures();
 
-// Adds `e` to a command's syncs unless it has completed. One that failed
-// since the engine planned (it names no event that had failed then) is
-// synced all the same: pocl_create_event_sync then fails the command, which
-// must not run on what the failed one did not make (a copy into its
-// storage, say). Nor is the sync left to an in-order queue's order when `e`
-// is the queue's last command: PoCL forgets a queue's last command once it
-// ends, failed or not, so a command enqueued after that would not wait for
-// it, and would run although `e` failed.
-void sync_unless_completed(cl_event waiting, cl_event e) {
-  if (completed(e)) return;
-  compat::depend(waiting, e);
-}
-
 void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
-  auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
+  auto& pending = *static_cast<PendingCopy*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
-  for (Event d : deps) sync_unless_completed(ev, event_of(d));
+  // The same events as the request's `after`: create_copy reserved a link
+  // for each one running then, and none has started running since.
+  for (Event d : deps) compat::link(ev, event_of(d), pending.links);
   if (ev->dependency_failed) cs_.retries.forget(ev);  // PoCL fails it at enqueue: no driver will
   held_failures().hold_if_failing_early(ev);
-  pocl_command_enqueue(ev->queue, node);
+  pocl_command_enqueue(ev->queue, pending.node);
   POname(clReleaseEvent)(ev);  // the handle's reference; the engine holds its own
 }
 
 void PoclHost::discard_copy(CopyHandle copy) noexcept {
-  auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
+  auto* node = static_cast<PendingCopy*>(copy.host_data.get())->node;
   cs_.retries.forget(node->sync.event.event);
   compat::discard_migration(node);
 }
@@ -593,13 +636,12 @@ std::chrono::milliseconds room_wait_limit() {
 }
 
 // Waits, holding no lock, until every one of `events` has finished (true)
-// or the limit has passed (false). They are commands already enqueued, so
+// or `deadline` has passed (false). They are commands already enqueued, so
 // they finish by themselves unless one waits, directly or not, for a user
 // event the application sets only after this enqueue returns: the limit
 // turns that deadlock into an allocation failure. PoCL offers no timed
 // wait, so this polls, backing off to 1 ms.
-bool wait_for_room(std::span<const Event> events) {
-  const auto deadline = std::chrono::steady_clock::now() + room_wait_limit();
+bool wait_for_room(std::span<const Event> events, std::chrono::steady_clock::time_point deadline) {
   auto pause = std::chrono::microseconds(20);
   for (;;) {
     if (std::all_of(events.begin(), events.end(), [](Event e) { return finished(event_of(e)); })) return true;
@@ -608,6 +650,23 @@ bool wait_for_room(std::span<const Event> events) {
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
 }
+
+// The room wait of one enqueue, over all its tries: it starts at the first
+// wait. A write-back that failed is made again at the next try
+// (engine.hpp: device_busy), so a limit per try would never end the tries
+// of a device whose transfers keep failing.
+class RoomWait {
+ public:
+  std::chrono::steady_clock::time_point deadline() {
+    if (!started_) deadline_ = std::chrono::steady_clock::now() + room_wait_limit();
+    started_ = true;
+    return deadline_;
+  }
+
+ private:
+  bool started_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
+};
 
 // ---- one command ------------------------------------------------------------
 
@@ -619,6 +678,7 @@ struct Scratch {
   // once (pocl_ml_create_command reuses the second for the same first).
   std::vector<cl_mem> many_given, many_once;
   memlayer::engine::Submission submission;
+  compat::LinkNodes links;  // for the command's links; what one leaves serves the next
 };
 thread_local Scratch t_scratch;
 
@@ -671,10 +731,12 @@ cl_int error_code(const memlayer::engine::EnqueueError& e) {
 }
 
 // After a failed enqueue or placement: true when it only had to wait for
-// room (device_busy) and the room came, so it should be tried again; else
-// the failure is reported and `err` is its OpenCL error.
-bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub, cl_int& err) {
-  const bool again = failed.code == memlayer::engine::EnqueueError::Code::device_busy && wait_for_room(sub.waits());
+// room (device_busy) and the room came within `wait`, so it should be tried
+// again; else the failure is reported and `err` is its OpenCL error.
+bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub, RoomWait& wait,
+               cl_int& err) {
+  const bool again = failed.code == memlayer::engine::EnqueueError::Code::device_busy &&
+                     wait_for_room(sub.waits(), wait.deadline());
   sub.clear();
   if (again) return true;
   POCL_MSG_ERR("memlayer migration: %s\n", failed.message.c_str());
@@ -699,16 +761,27 @@ ContextState* begin_command(cl_command_queue queue, Scratch& sc, const char** er
   return context_state(queue->context, error);
 }
 
+void link_waits(cl_event final_event, std::span<const cl_event> wait_list, std::size_t user_links, Scratch& sc);
+
 // Makes the command for sc.uses (sc.mems: the buffers 3.1 lists in its
 // event) and enqueues it through the engine: storage placed, copies made,
 // and the command made to wait for them, its wait list and what the engine
 // names. The command first (the engine records its event), without the
 // user's wait list: a command that fails below is then freed with nothing
 // pointing at it. A device full of storage that queued work still holds
-// (deferred frees) makes room once that work finishes: wait, try again.
+// (deferred frees, write-backs) makes room once that work finishes: wait,
+// try again, within one room wait.
 cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue queue, cl_command_type type,
                     cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at, Scratch& sc) {
+  // The links to the user's wait list first: without them the enqueue
+  // fails with nothing done.
+  const std::size_t user_links = running(std::span(wait_list, num_events));
+  if (!reserve_links(sc.links, user_links, user_links)) {
+    POCL_MSG_ERR("memlayer migration: no host memory to order a command after its wait list\n");
+    return CL_OUT_OF_HOST_MEMORY;
+  }
   cl_event final_event = nullptr;
+  RoomWait room;
   for (;;) {
     cl_int err = compat::create_command(cmd, queue, type, event_p, sc.mems);
     if (err != CL_SUCCESS) return err;
@@ -718,13 +791,39 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
     compat::discard_command(*cmd);
     *cmd = nullptr;
     if (event_p != nullptr) *event_p = nullptr;
-    if (!try_again(*failed, sc.submission, err)) return err;
+    if (!try_again(*failed, sc.submission, room, err)) return err;
   }
-  for (cl_uint i = 0; i < num_events; ++i) compat::depend(final_event, wait_list[i]);
-  for (Event w : sc.submission.waits()) sync_unless_completed(final_event, event_of(w));
+  link_waits(final_event, std::span(wait_list, num_events), user_links, sc);
   sc.submission.clear();
   held_failures().hold_if_failing_early(final_event);
   return CL_SUCCESS;
+}
+
+// Links the command of `final_event`, which the engine has committed, to
+// the user's `wait_list` (its `user_links` reserved) and to the engine's
+// waits. An event that failed since the engine planned (it names none that
+// had failed then) is linked all the same: the command then fails, and
+// must not run on what the failed one did not make (a copy into its
+// storage, say). Nor is a link left to an in-order queue's order when the
+// event is the queue's last command: PoCL forgets a queue's last command
+// once it ends, failed or not, so a command enqueued after that would not
+// wait for it, and would run although it failed. When the links cannot all
+// be made (out of host memory), none is: the command fails without running,
+// as one whose dependency failed (PoCL fails it at enqueue), and the engine
+// undoes what it committed for it, as for any command that wrote nothing
+// (PoclHost::status: cancelled); the application sees its event fail.
+void link_waits(cl_event final_event, std::span<const cl_event> wait_list, std::size_t user_links, Scratch& sc) {
+  const std::size_t engine_links = running(sc.submission.waits());
+  if (!reserve_links(sc.links, engine_links, user_links + engine_links)) {
+    POCL_MSG_ERR("memlayer migration: no host memory to order a command after what it waits for: it fails "
+                 "without running\n");
+    POCL_LOCK_OBJ(final_event);
+    final_event->dependency_failed = 1;
+    POCL_UNLOCK_OBJ(final_event);
+    return;
+  }
+  for (cl_event e : wait_list) compat::link(final_event, e, sc.links);
+  for (Event w : sc.submission.waits()) compat::link(final_event, event_of(w), sc.links);
 }
 
 }  // namespace
@@ -744,11 +843,12 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   Scratch& sc = scratch();
+  RoomWait room;
   for (;;) {
     auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
     if (!failed) return CL_SUCCESS;
     cl_int err = CL_SUCCESS;
-    if (!try_again(*failed, sc.submission, err)) return err;
+    if (!try_again(*failed, sc.submission, room, err)) return err;
   }
 }
 

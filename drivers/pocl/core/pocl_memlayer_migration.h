@@ -80,12 +80,18 @@ cl_int pocl_ml_create_command (_cl_command_node **cmd,
  * copy; CONTENT_UNDEFINED makes each use an overwrite).
  *
  * Device memory is allocated here; when it is full, other buffers are
- * evicted (their only copies written back to the host), least recently used
- * first; when the room is held by queued commands, the call waits for them
- * (at most POCL_MEMLAYER_ROOM_WAIT_MS, default 60000) and tries again.
+ * evicted (their only copies written back to the host by migration
+ * commands, the storage kept until those have completed), least recently
+ * used first; when the room is held by queued commands or write-backs, the
+ * call waits for them (at most POCL_MEMLAYER_ROOM_WAIT_MS over all its
+ * tries, default 60000) and tries again.
  * CL_MEM_OBJECT_ALLOCATION_FAILURE when the command's own buffers do not
- * fit, or the wait ran out. On any error nothing is recorded, no command
- * exists and *event_p is NULL.
+ * fit, or the wait ran out; CL_OUT_OF_HOST_MEMORY when a copy, or the links
+ * to the user's wait list, could not be made. On any error nothing is
+ * recorded, no command exists and *event_p is NULL. When the links to what
+ * the engine made the command wait for cannot be made (out of host memory)
+ * the command is made all the same and fails without running (its event
+ * fails, as one whose dependency failed): the engine had committed it.
  * Cost: O(uses log uses + copies) plus the planner's per-buffer cost. */
 cl_int pocl_ml_create_command (_cl_command_node **cmd,
                                cl_command_queue command_queue,

@@ -95,17 +95,21 @@ int migrate_d2d_range(cl_device_id, cl_device_id, cl_mem mem, size_t offset, siz
 }
 
 // basic's host transfers (a memcpy each), skipped where the host bytes and
-// the device bytes are the same: a buffer over SVM bytes (svm.hpp).
+// the device bytes are the same: a buffer over SVM bytes (svm.hpp). `data`
+// is the device's (pocl_exec_command passes dev->data). One PoCL asks for
+// outside a command may fail by fault injection (direct_transfer_fails).
 decltype(pocl_device_ops::read) g_basic_read = nullptr;
 decltype(pocl_device_ops::write) g_basic_write = nullptr;
 void read_unless_shared(void* data, void* __restrict__ dst_host_ptr, pocl_mem_identifier* src_mem_id, cl_mem src_buf,
                         size_t offset, size_t size) {
   if (static_cast<char*>(src_mem_id->mem_ptr) + offset == dst_host_ptr) return;
+  if (static_cast<MemlayerDevice*>(data)->direct_transfer_fails("a read")) return;
   g_basic_read(data, dst_host_ptr, src_mem_id, src_buf, offset, size);
 }
 void write_unless_shared(void* data, const void* __restrict__ src_host_ptr, pocl_mem_identifier* dst_mem_id,
                          cl_mem dst_buf, size_t offset, size_t size) {
   if (static_cast<char*>(dst_mem_id->mem_ptr) + offset == src_host_ptr) return;
+  if (static_cast<MemlayerDevice*>(data)->direct_transfer_fails("a write")) return;
   g_basic_write(data, src_host_ptr, dst_mem_id, dst_buf, offset, size);
 }
 

@@ -31,6 +31,9 @@ struct KernelRun {
 
 namespace {
 constexpr std::size_t kLocalAlignment = MAX_EXTENDED_ALIGNMENT;
+// Set on the workers' threads: the transfers they make are commands, drawn
+// for by transfer_fails() before they start.
+thread_local bool t_on_worker = false;
 }
 
 drivers::DevResult<std::unique_ptr<MemlayerDevice>> MemlayerDevice::create(cl_device_id device,
@@ -83,6 +86,7 @@ void MemlayerDevice::push(_cl_command_node* node) {
 }
 
 void MemlayerDevice::worker(unsigned index) {
+  t_on_worker = true;
   memory_.arena().bind_current_thread();
   ComputeUnit& cu = *units_[index];
   std::unique_lock lock(mutex_);
@@ -159,6 +163,12 @@ bool MemlayerDevice::transfer_fails(_cl_command_node* node) {
     for (int tries = kMigrationTries; tries > 0; --tries)
       if (!migration_fault(node->command.migrate)) return false;
   } while (compat::retry_migration(node));
+  return true;
+}
+
+bool MemlayerDevice::direct_transfer_fails(const char* what) {
+  if (t_on_worker || !draw_fault(params_.transfer_faults, transfers_)) return false;
+  POCL_MSG_ERR("memlayer: %s outside a command failed (injected: transfer_faults); its caller cannot tell\n", what);
   return true;
 }
 

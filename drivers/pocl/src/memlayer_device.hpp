@@ -58,6 +58,14 @@ class MemlayerDevice {
   /// of its own (PoCL's ops->run; the workers never use it).
   void run_inline(_cl_command_node* node);
 
+  /// Whether a transfer PoCL asks of the driver's ops directly (read,
+  /// write), outside a command a memlayer worker runs, fails: fault
+  /// injection (transfer_faults) for transfers no command carries, whose
+  /// callers cannot be told (the ops return nothing: the bytes are then not
+  /// moved, and PoCL's error log says so). Inside a worker the command was
+  /// drawn for already (transfer_fails): never.
+  bool direct_transfer_fails(const char* what);
+
   drivers::DeviceMemory& memory() noexcept { return memory_; }
   [[nodiscard]] const DriverParameters& parameters() const noexcept { return params_; }
 

@@ -14,7 +14,9 @@
 //   transfer_faults  fault injection, for testing: each transfer command on
 //                  the device (buffer read, write, copy, their rect forms,
 //                  migrations) fails before it starts with this probability
-//                  (0 to 1, e.g. 0.001), default 0
+//                  (0 to 1, e.g. 0.001), default 0; so does a read or write
+//                  PoCL asks of the driver outside a command (its bytes are
+//                  not moved: those cannot report a failure)
 //   peer_read_faults  fault injection, for testing: each try of a
 //                  device-to-device migration that reads from this device
 //                  (another memlayer device runs it) fails with this
