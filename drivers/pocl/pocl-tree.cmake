@@ -11,6 +11,14 @@ add_pocl_device_library(pocl-devices-memlayer ${MEMLAYER_DRIVER_SOURCES})
 set_target_properties(pocl-devices-memlayer PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
 target_include_directories(pocl-devices-memlayer PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
 target_compile_options(pocl-devices-memlayer PRIVATE -Wall -Wextra)
+# Never unloaded: PoCL 3.1's pocl_uninit_devices (clUnloadPlatformCompiler
+# with no context left) dlcloses a driver's library after each of its
+# devices, then calls the next device's uninit through it. The library
+# stayed loaded only while it was the first to define a C++ unique symbol
+# (the one std::make_shared uses; glibc then never unloads it): once
+# libpocl's memlayer core made a shared_ptr too, PoCL's
+# runtime/test_buffer_migration crashed there on two memlayer devices.
+target_link_options(pocl-devices-memlayer PRIVATE "LINKER:-z,nodelete")
 if(ENABLE_LOADABLE_DRIVERS)
   # The driver takes PoCL's CPU compile path and event plumbing from the
   # basic and pthread drivers' ops tables.
