@@ -24,6 +24,29 @@ Transaction::Transaction(Engine& engine, std::span<const BufferUse> uses, Locati
     : engine_(engine), host_(engine.host()), uses_(uses), at_(at), command_(command), out_(out),
       s_(*out.scratch_) {}
 
+Transaction::~Transaction() {
+  // Only when an exception left run() half-way (a broken invariant: nothing
+  // after the decision throws): no buffer stays locked, no copy unhandled.
+  unlock_all();
+  start_copies();
+}
+
+// What an exception that stopped the decision says, as the enqueue's error.
+// Every step before commit_all() changes nothing that fail() does not undo,
+// so any exception there (a host's, or the planner's logic_error) fails
+// the enqueue whole.
+EnqueueError Transaction::error_of_exception() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (const std::exception& e) {
+    return error(EnqueueError::Code::host_failed, std::string("the enqueue stopped on an exception: ") + e.what());
+  } catch (...) {
+    return error(EnqueueError::Code::host_failed, "the enqueue stopped on an exception of an unknown type");
+  }
+}
+
 std::optional<EnqueueError> Transaction::run() {
   std::optional<EnqueueError> failed;
   try {
@@ -40,8 +63,8 @@ std::optional<EnqueueError> Transaction::run() {
     // The rest of commit_all()'s room (plan_all() made the storages'):
     // a wait per copy and per fence of the command's storage.
     if (!failed) migration::detail::reserve_more(out_.waits_, s_.copy_events.size() + fence_waits_);
-  } catch (const std::bad_alloc&) {
-    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (...) {
+    failed = error_of_exception();
   }
   if (failed) return fail(std::move(*failed));
   commit_all();  // allocates nothing: the plans, plan_all() and the reserve above made the room
@@ -58,8 +81,8 @@ std::optional<EnqueueError> Transaction::run_place() {
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
     if (!failed) s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
-  } catch (const std::bad_alloc&) {
-    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (...) {
+    failed = error_of_exception();
   }
   if (failed) return fail(std::move(*failed));
   release_all(s_.room_after);
@@ -228,7 +251,8 @@ bool Transaction::writing_back(Buffer& b, Storage& st) {
 // (its storage is reusable at once), then one whose storage no undo record
 // names (evicting that would lose the content a queued writer's failure
 // goes back to), then the least recently used. `clean_only`: only those
-// with nothing to write back. Returned locked. Never waits for a lock.
+// with nothing to write back. Returned locked. Never waits for a lock; an
+// exception (out of memory recording what to wait for) leaves none locked.
 Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   using WriteBack = migration::RangeVersions::WriteBack;
   struct Rank {
@@ -242,11 +266,15 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
       return last_use < o.last_use;
     }
   };
+  using Lock = std::unique_lock<detail::BufferLock>;
   Buffer* victim = nullptr;
+  Lock victim_lock;
   Rank best{};
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
-    if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
+    if (uses_buffer(b)) continue;
+    Lock lock(b->mutex_, std::try_to_lock);
+    if (!lock) continue;
     const bool placed = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc);
     // One that a write-back (this enqueue's or another's) is saving: room
     // once that ends, so a failure waits for it (device_busy). Retained at
@@ -256,21 +284,16 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
     const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
-    if (!candidate || (clean_only && need != WriteBack::none)) {
-      b->mutex_.unlock();
-      continue;
-    }
+    if (!candidate || (clean_only && need != WriteBack::none)) continue;
     const Storage& st = b->storage_[loc];
     const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
     const Rank r{need, idle, idle || !b->versions_.undo_names(loc), st.last_use};
-    if (victim != nullptr && !r.better_than(best)) {
-      b->mutex_.unlock();
-      continue;
-    }
-    if (victim != nullptr) victim->mutex_.unlock();
+    if (victim != nullptr && !r.better_than(best)) continue;
     victim = b;
+    victim_lock = std::move(lock);  // the one before is unlocked
     best = r;
   }
+  victim_lock.release();  // evict_one() adopts it
   return victim;
 }
 
@@ -312,6 +335,7 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
     if (!plan.copies.empty()) return Evicted::writing_back;
   }
   std::size_t first_event = s_.copy_events.size();
+  const std::size_t first_pending = s_.pending.size();
   if (!plan.copies.empty()) {
     const auto made = make_write_backs(*victim, plan, CopyKind::last_copy);
     if (!made) return Evicted::nothing;
@@ -324,9 +348,18 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) s_.after.push_back(s_.copy_events[i]);
   migration::detail::reserve_more(victim->storage(kHost).users, s_.copy_events.size() - first_event);
-  // Before commit_evict, which may drop the last references to plan.wait's events.
+  // Recorded before the storage goes: commit_evict() throws having changed
+  // nothing (then the write-backs made above are dropped, not started), and
+  // the references it drops are batched until `rebatch` ends, so the events
+  // free() is given stay alive.
+  try {
+    victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
+  } catch (...) {
+    for (std::size_t i = first_pending; i < s_.pending.size(); ++i) s_.pending[i].start = false;
+    s_.copy_events.resize(first_event);
+    throw;
+  }
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
-  victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
   victim->drop_storage_events(st);
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
@@ -404,11 +437,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
   std::size_t kept = 0;
   for (EnqueueScratch::Group& g : s_.groups) {
     const std::uint64_t lost = g.buffer->versions_.bytes_lost();
-    try {
-      g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
-    } catch (const std::logic_error& e) {
-      return error(EnqueueError::Code::host_failed, e.what());
-    }
+    g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
     // commit_all()'s room in the storages: a user per copy and the command.
@@ -489,9 +518,9 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   CopyHandle h;
   try {
     h = host_.create_copy(req);
-  } catch (const std::bad_alloc&) {
+  } catch (...) {
     drop_deps();  // held for a copy that does not exist
-    throw;        // out of host memory, as it is
+    throw;        // the enqueue fails with it (error_of_exception)
   }
   if (h.completed || h.event == nullptr) {
     drop_deps();
@@ -551,7 +580,7 @@ void Transaction::rollback() {
 // Starts the copies whose effects were committed and drops the others, then
 // the references their dependency lists held. No engine lock is held: a
 // dropped copy may hold the last reference to a buffer.
-void Transaction::start_copies() {
+void Transaction::start_copies() noexcept {
   for (EnqueueScratch::Pending& p : s_.pending) {
     const auto deps = std::span(s_.deps).subspan(p.first_dep, p.dep_count);
     if (p.start) host_.submit_copy(std::move(p.copy), deps);

@@ -59,6 +59,9 @@ struct EnqueueScratch {
 class Transaction {
  public:
   Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out);
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
   std::optional<EnqueueError> run();
   /// Only places storage (Engine::place).
   std::optional<EnqueueError> run_place();
@@ -66,6 +69,7 @@ class Transaction {
  private:
   using Storage = Buffer::Storage;
 
+  static EnqueueError error_of_exception();  // called in a catch block
   void group_uses();
   void lock_all();
   void unlock_all();
@@ -88,7 +92,7 @@ class Transaction {
   void commit_all();
   [[nodiscard]] const migration::Plan& plan_of(const EnqueueScratch::Group& g) const;
   void rollback();
-  void start_copies();
+  void start_copies() noexcept;
 
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
   // To out.waits, retained, once. Most often the wait just added (a

@@ -172,7 +172,7 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
   }
 }
 
-void EngineHost::submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) {
+void EngineHost::submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) noexcept {
   auto node = std::static_pointer_cast<CommandNode>(std::move(copy.host_data));
   std::vector<std::shared_ptr<EventState>> states;
   states.reserve(deps.size());

@@ -185,7 +185,7 @@ class ByteHost final : public Host {
     h.event = &t;
     return h;
   }
-  void submit_copy(CopyHandle copy, std::span<const Event> deps) override {
+  void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept override {
     Task& t = task(copy.event);
     EXPECT_FALSE(t.submitted || t.discarded);
     for (Event e : deps) {

@@ -147,7 +147,7 @@ class PoclHost final : public memlayer::engine::Host {
   bool can_evict(void* cookie, Location at) const noexcept override;
   CopyHandle create_copy(const CopyRequest& r) override;
   void record_fallbacks(const CopyRequest& r, cl_event ev);
-  void submit_copy(CopyHandle copy, std::span<const Event> deps) override;
+  void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept override;
   void discard_copy(CopyHandle copy) noexcept override;
   const memlayer::migration::CostModel& cost_model() const noexcept override;
 
@@ -457,7 +457,7 @@ void sync_unless_completed(cl_event waiting, cl_event e) {
   compat::depend(waiting, e);
 }
 
-void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
+void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept {
   auto* node = static_cast<_cl_command_node*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
   for (Event d : deps) sync_unless_completed(ev, event_of(d));

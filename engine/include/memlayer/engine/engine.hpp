@@ -172,8 +172,11 @@ struct EnqueueError {
     /// with no enqueue of this thread in progress, then enqueue again (a
     /// write-back that failed is made again then: bound the tries).
     device_busy,
-    host_out_of_memory,  ///< no host memory for the engine's records or a host copy
-    host_failed,         ///< the host refused an allocation or a copy (Allocation::error)
+    host_out_of_memory,  ///< no host memory for the engine's records or a host copy (std::bad_alloc)
+    /// The host refused an allocation (Allocation::error), or a host call or
+    /// the planner threw something other than std::bad_alloc (the message
+    /// carries its what()).
+    host_failed,
   };
   Code code;
   std::string message;
@@ -227,7 +230,8 @@ class Engine {
   /// on an error it drops it: nothing refers to it.
   /// Preconditions: each use lies within its buffer and has a size > 0;
   /// at < migration::kMaxLocations; the buffers belong to this engine.
-  /// Errors: EnqueueError (see there), with nothing of this enqueue left.
+  /// Errors: EnqueueError (see there), with nothing of this enqueue left;
+  /// an exception a host call throws is reported so, never let through.
   /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
   /// buffer address, or name the same buffers in the same order as this
   /// Submission's previous enqueue: a kernel enqueued again), plus the

@@ -172,11 +172,13 @@ class Host {
   /// then be freed at once (`completed`).
   virtual CopyHandle create_copy(const CopyRequest& request) = 0;
   /// Starts a copy after `deps` (retained by the engine for the call; the
-  /// same events as its request's `after`). It must not fail: the engine
-  /// has recorded the copy's effects by then, so what starting it needs is
-  /// made in create_copy() (out of host memory there, the enqueue fails
-  /// cleanly).
-  virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) = 0;
+  /// same events as its request's `after`). It cannot fail: the engine has
+  /// recorded the copy's effects by then, so what starting it needs is made
+  /// in create_copy() (out of host memory there, the enqueue fails
+  /// cleanly). A copy that cannot run after all must end failed, so that
+  /// what waits for it fails too (its bytes are then not where the engine
+  /// recorded them: a failed copy leaves none).
+  virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept = 0;
   /// Drops a copy that will never run (its enqueue failed).
   virtual void discard_copy(CopyHandle copy) noexcept = 0;
 
