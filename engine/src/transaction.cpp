@@ -68,6 +68,7 @@ std::optional<EnqueueError> Transaction::run() {
   }
   if (failed) return fail(std::move(*failed));
   commit_all();  // allocates nothing: the plans, plan_all() and the reserve above made the room
+  dedupe_waits();
   release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
@@ -601,10 +602,32 @@ void Transaction::add_dep(Event e, std::size_t from) {
   hold(e);
 }
 
+// A short list is searched; a long one (a writer after many queued
+// readers) takes the event as it comes and is sorted once, by
+// dedupe_waits(), so that a writer's cost grows with its waits, not with
+// their square.
 void Transaction::add_new_wait(Event e) {
-  if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  constexpr std::size_t kSearched = 32;
+  if (out_.waits_.size() < kSearched) {
+    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  } else {
+    waits_unsearched_ = true;
+  }
   out_.waits_.push_back(e);  // first: out of memory, nothing is held
   hold(e);
+}
+
+void Transaction::dedupe_waits() noexcept {
+  if (!waits_unsearched_) return;
+  std::vector<Event>& w = out_.waits_;
+  std::sort(w.begin(), w.end());
+  auto kept = w.begin();
+  for (auto it = w.begin(); it != w.end(); ++it) {
+    if (kept != w.begin() && *(kept - 1) == *it) drop(*it);  // the reference add_new_wait() took twice
+    else *kept++ = *it;
+  }
+  w.erase(kept, w.end());
+  waits_unsearched_ = false;
 }
 
 void Transaction::count_lost(std::uint64_t bytes) {

@@ -102,6 +102,7 @@ class Transaction {
     add_new_wait(e);
   }
   void add_new_wait(Event e);
+  void dedupe_waits() noexcept;  // what add_new_wait() did not search
   void release_all(std::vector<Event>& events) noexcept;  // and clears them
   // One reference more or less: batched while buffers are locked.
   void hold(Event e) noexcept;
@@ -122,6 +123,7 @@ class Transaction {
   std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
+  bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
 };
 
 }  // namespace memlayer::engine

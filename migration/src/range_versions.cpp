@@ -11,7 +11,11 @@ namespace memlayer::migration {
 
 namespace {
 
-constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
+// Readers kept before finished ones are dropped; then again each time the
+// list reaches a power of two above it, so that a list of readers that have
+// not finished (queued behind a user event) costs O(1) amortised per reader
+// added, not a scan each time (add_reader()).
+constexpr std::size_t kPruneThreshold = 8;
 // Undo records kept per buffer: more unfinished writes forget the oldest,
 // whose content is then lost only if its writer fails (settle_span()). It
 // bounds the memory of a deep queue and what a failed writer's search goes
@@ -352,11 +356,17 @@ bool RangeVersions::undo_names(Location at) const {
   });
 }
 
+// Each reader comes once: a commit adds its command to a span once (the
+// pieces of its uses are disjoint, and the plan cut the spans at their
+// ends) and each of its copies once per span the copy reads. So the list
+// (which grows with the readers queued) is not searched; the last entry is
+// looked at, which is free.
 void RangeVersions::add_reader(Span& s, Event e) {
-  if (e == nullptr || std::find(s.readers.begin(), s.readers.end(), e) != s.readers.end()) return;
+  if (e == nullptr || (!s.readers.empty() && s.readers.back() == e)) return;
   ops_.hold(e);
   s.readers.push_back(e);
-  if (s.readers.size() > kPruneThreshold) prune(s);
+  const std::size_t n = s.readers.size();
+  if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) prune(s);
 }
 
 // Finished events order nothing any more: drop them, so lists stay short and
@@ -484,8 +494,12 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
       // looked at once.
       if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
       if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
-      if (for_write)
-        for (Event r : t.readers) add_unique(out.wait, r);
+      if (for_write) {  // the readers are distinct (add_reader()): only the two above may repeat one
+        const auto before = static_cast<std::ptrdiff_t>(out.wait.size());
+        for (Event r : t.readers)
+          if (std::find(out.wait.begin(), out.wait.begin() + before, r) == out.wait.begin() + before)
+            out.wait.push_back(r);
+      }
       // prepare_commit(), without its search when no copy covers the span.
       if (!out.copies.empty()) {
         prepare_commit(uses, out);

@@ -87,6 +87,7 @@ class ByteHost final : public Host {
     t.refs -= static_cast<int>(count);
   }
   EventStatus status(Event e) const noexcept override {
+    ++status_calls;
     const Task& t = *static_cast<const Task*>(e);
     if (!t.done) return EventStatus::running;
     // Like PoCL, which keeps no record of whether a failed command started.
@@ -287,6 +288,7 @@ class ByteHost final : public Host {
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
+  mutable long status_calls = 0;
   Faults faults;
   int failed_waits = 0;  // waits the engine named on events that had failed already
   int injected = 0;      // faults injected

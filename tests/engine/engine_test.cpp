@@ -328,4 +328,53 @@ TEST_F(EngineTest, ADestroyedBufferGivesItsStorageBack) {
   host_.run_all();
 }
 
+// An enqueue's cost must not grow with the commands queued on its buffers
+// (none of them run here): the host calls it makes (status looks, reference
+// counts), per enqueue, are alike between 4,096 and 8,192 queued and
+// between 8,192 and 16,384, for queued readers, writers and both in turn.
+// (They rise before that, up to bounds: readers are pruned at powers of
+// two, and from 1,024 unfinished writes on, each write forgets its
+// buffer's oldest undo record.) A list of queued readers scanned or pruned
+// at each enqueue doubles the figure from one window to the next.
+TEST_F(EngineTest, AnEnqueueCostsTheSameWhateverIsQueued) {
+  for (int mix = 0; mix < 3; ++mix) {
+    SCOPED_TRACE(mix == 0 ? "readers" : mix == 1 ? "writers" : "readers and writers in turn");
+    std::vector<BufferUse> reads, writes;
+    for (int i = 0; i < 4; ++i) {
+      Buffer& b = make(256, true);
+      reads.push_back({&b, {0, 256, Access::read}});
+      writes.push_back({&b, {0, 256, Access::read_write}});
+    }
+    ASSERT_NE(enqueue(writes, 1), nullptr);
+    host_.run_all();  // valid on device 1: nothing migrates from here on
+    auto steps = [&] { return host_.status_calls + host_.reference_calls; };
+    long at_4096 = 0, at_8192 = 0;
+    for (int n = 1; n <= 16384; ++n) {
+      const bool write = mix == 1 || (mix == 2 && n % 2 == 0);
+      ASSERT_NE(enqueue(write ? writes : reads, 1), nullptr) << "enqueue " << n;
+      sub_.clear();
+      if (n == 4096) at_4096 = steps();
+      if (n == 8192) at_8192 = steps();
+    }
+    const double middle = static_cast<double>(at_8192 - at_4096) / 4096;
+    const double last = static_cast<double>(steps() - at_8192) / 8192;
+    EXPECT_GT(middle, 0);
+    EXPECT_LT(last, 1.2 * middle) << "host calls per enqueue: " << middle << " with 4,096 to 8,192 queued, " << last
+                                  << " with 8,192 to 16,384";
+    if (mix == 0) {
+      // A writer now waits for every queued reader, each named once (the
+      // four buffers name each reader four times).
+      Task& w = host_.command(nullptr);
+      ASSERT_FALSE(engine_->enqueue(writes, 1, &w, sub_));
+      std::vector<Event> waits(sub_.waits().begin(), sub_.waits().end());
+      std::sort(waits.begin(), waits.end());
+      EXPECT_EQ(std::adjacent_find(waits.begin(), waits.end()), waits.end()) << "a wait named twice";
+      EXPECT_EQ(waits.size(), 16384u);
+      host_.start(w, sub_.waits());
+      sub_.clear();
+    }
+    host_.run_all();
+  }
+}
+
 }  // namespace
