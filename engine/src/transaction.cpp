@@ -15,7 +15,6 @@ using migration::kHost;
 
 EnqueueError error(EnqueueError::Code code, std::string message) { return EnqueueError{code, std::move(message)}; }
 
-std::string where(Location loc) { return loc == kHost ? std::string("the host copy") : "location " + std::to_string(loc); }
 
 }  // namespace
 
@@ -54,9 +53,13 @@ std::optional<EnqueueError> Transaction::run() {
     out_.storage_.assign(uses_.size(), 0);
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+    bool checked = false;  // exceeds_location(), once storage is to be placed
     for (const EnqueueScratch::Group& g : s_.groups) {
       if (failed) break;
-      if (!g.buffer->storage(at_).allocated) failed = place(*g.buffer, at_, false);
+      if (g.buffer->storage(at_).allocated) continue;
+      if (!checked && (failed = exceeds_location())) break;
+      checked = true;
+      failed = place(*g.buffer, at_, false);
     }
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
@@ -180,6 +183,27 @@ bool Transaction::uses_buffer(const Buffer* b) const {
 
 // ---- storage and eviction -------------------------------------------------
 
+// A command whose own buffers cannot fit its location together fails at
+// once: evicting others would move bytes for nothing, and waiting for room
+// (device_busy) would never end well.
+std::optional<EnqueueError> Transaction::exceeds_location() const {
+  if (at_ == kHost) return std::nullopt;
+  const std::uint64_t capacity = host_.capacity(at_);
+  std::uint64_t need = 0;
+  for (const EnqueueScratch::Group& g : s_.groups) need += std::min(g.buffer->size(), UINT64_MAX - need);
+  if (need <= capacity) return std::nullopt;
+  constexpr std::size_t kNamed = 8;
+  std::string sizes;
+  for (std::size_t i = 0; i < s_.groups.size() && i < kNamed; ++i)
+    sizes += (i == 0 ? "" : ", ") + std::to_string(s_.groups[i].buffer->size()) + "-byte";
+  if (s_.groups.size() > kNamed) sizes += ", ...";
+  const std::string n = std::to_string(s_.groups.size());
+  return error(EnqueueError::Code::device_full,
+               host_.location_name(at_) + ": the command's " + (s_.groups.size() == 1 ? "buffer needs " : n + " buffers need ") +
+                   std::to_string(need) + " bytes (" + sizes + "), more than the " + std::to_string(capacity) +
+                   " it can hold");
+}
+
 std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for_eviction) {
   Storage& st = b.storage(loc);
   if (st.allocated) return std::nullopt;
@@ -206,17 +230,17 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
     if (full && (!a.room_after.empty() || !s_.room_after.empty())) {
       s_.room_after.insert(s_.room_after.end(), a.room_after.begin(), a.room_after.end());  // for fail()
       return error(EnqueueError::Code::device_busy,
-                   where(loc) + ": no room for a " + std::to_string(b.size()) +
+                   host_.location_name(loc) + ": no room for a " + std::to_string(b.size()) +
                        "-byte buffer until queued commands finish with the storage evicted for it, or its bytes "
                        "are written back");
     }
     release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
       return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
-                   where(loc) + ": cannot place a " + std::to_string(b.size()) +
+                   host_.location_name(loc) + ": cannot place a " + std::to_string(b.size()) +
                        "-byte buffer and nothing more can be evicted" + (a.message.empty() ? "" : " (" + a.message + ")"));
     }
-    return error(EnqueueError::Code::host_failed, where(loc) + ": " + a.message);
+    return error(EnqueueError::Code::host_failed, host_.location_name(loc) + ": " + a.message);
   }
 }
 
@@ -456,7 +480,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
           if (auto failed = place(*g.buffer, kHost, false)) return failed;
         } else if (!g.buffer->storage(end).allocated) {
           return error(EnqueueError::Code::host_failed,
-                       "the planner chose " + where(end) + ", where the buffer has no storage");
+                       "the planner chose " + host_.location_name(end) + ", where the buffer has no storage");
         }
         migration::detail::reserve_more(g.buffer->storage(end).users, users);
       }
@@ -475,8 +499,8 @@ std::optional<EnqueueError> Transaction::create_copies() {
     for (const migration::Copy& c : plan_of(g).copies) {
       if (!create_copy(*g.buffer, c, g.first_copy, CopyKind::for_command)) {
         return error(EnqueueError::Code::host_out_of_memory,
-                     "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
-                         " to " + where(c.dst));
+                     "could not create a copy of " + std::to_string(c.size) + " bytes from " + host_.location_name(c.src) +
+                         " to " + host_.location_name(c.dst));
       }
     }
   }

@@ -75,6 +75,7 @@ class Transaction {
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
+  [[nodiscard]] std::optional<EnqueueError> exceeds_location() const;
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);

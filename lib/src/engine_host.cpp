@@ -184,4 +184,14 @@ void EngineHost::discard_copy(engine::CopyHandle copy) noexcept { copy.host_data
 
 const migration::CostModel& EngineHost::cost_model() const noexcept { return context_.cost; }
 
+std::string EngineHost::location_name(engine::Location at) const {
+  return at == kHost ? std::string("the host copy") : context_.location_name(at);
+}
+
+// What the driver lets memlayer allocate (DeviceInfo::global_mem_size),
+// arena or native allocator alike.
+std::uint64_t EngineHost::capacity(engine::Location at) const noexcept {
+  return at == kHost ? UINT64_MAX : context_.by_location[at]->info().global_mem_size;
+}
+
 }  // namespace memlayer::runtime::detail

@@ -28,6 +28,8 @@ class EngineHost final : public engine::Host {
   void discard_copy(engine::CopyHandle copy) noexcept override;
 
   [[nodiscard]] const migration::CostModel& cost_model() const noexcept override;
+  [[nodiscard]] std::uint64_t capacity(engine::Location at) const noexcept override;
+  [[nodiscard]] std::string location_name(engine::Location at) const override;
 
  private:
   ContextState& context_;

@@ -138,6 +138,10 @@ class ByteHost final : public Host {
     return a;
   }
 
+  std::uint64_t capacity(Location at) const noexcept override {
+    return at == kHost ? UINT64_MAX : memory_[at].size();
+  }
+
   void free(Location at, void*, StorageHandle storage, std::uint64_t size,
             std::span<const Event> after) noexcept override {
     if (at == kHost) return;

@@ -109,6 +109,32 @@ TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
   EXPECT_TRUE(sub_.waits().empty());
 }
 
+// A command whose own buffers together exceed the device fails at once,
+// naming the sizes: nothing evicted for it, no device_busy to wait on
+// (with defer_frees, as in PoCL, an eviction under queued work would
+// have made one), every byte where it was.
+TEST_F(EngineTest, ACommandLargerThanTheDeviceFailsAtOnceEvictingNothing) {
+  host_.defer_frees = true;
+  Buffer& resident = make(4096, true);
+  Task* user = enqueue({{&resident, {0, 4096, Access::read_write}}}, 1);  // not run: its storage stays busy
+  ASSERT_NE(user, nullptr);
+  Buffer& a = make(4096, true);
+  Buffer& b = make(6144, true);
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&a, {0, 4096, Access::read}}, {&b, {0, 6144, Access::read}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_full) << error->message;
+  for (const char* part : {"10240 bytes", "4096-byte", "6144-byte", "8192"})
+    EXPECT_NE(error->message.find(part), std::string::npos) << part << " not in: " << error->message;
+  EXPECT_EQ(engine_->stats().evictions, 0u) << "evicted for a command that could never fit";
+  EXPECT_TRUE(resident.has_storage(1));
+  EXPECT_TRUE(sub_.waits().empty()) << "nothing to wait for: waiting cannot make room";
+  // One of them alone fits, next to the resident buffer.
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  EXPECT_TRUE(resident.valid_at(1, 0, 4096));
+}
+
 TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {
   Buffer& a = make(2048, true);
   Buffer& b = make(2048, true);

@@ -355,6 +355,28 @@ TEST(Runtime, WorkingSetTwiceTheDeviceMemoryRunsByEviction) {
   EXPECT_GT(rig.ctx->stats().write_backs, 0u);
 }
 
+// Buffers that fit one by one but not together: the kernel fails at once,
+// naming their sizes, and nothing is evicted (or written back) for it.
+TEST(Runtime, AKernelWhoseBuffersTogetherExceedTheDeviceFailsAtOnceEvictingNothing) {
+  drivers::SimOptions o;
+  o.memory_size = 1 << 20;
+  Rig rig = make_rig(1, o);
+  Buffer resident = buffer(*rig.ctx, 256 << 10);
+  const auto data = pattern(256 << 10, 5);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(resident, 0, data.size(), data.data(), true).ok());  // only on the device
+  Buffer a = buffer(*rig.ctx, 600 << 10);
+  Buffer b = buffer(*rig.ctx, 600 << 10);
+  auto r = rig.queues[0]->enqueue_kernel([](std::span<void* const>) { return Status{}; },
+                                         std::vector<KernelArg>{{a, Access::read}, {b, Access::read}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  for (const char* part : {"1228800 bytes", "614400-byte", "1048576"})
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << part << " not in: " << r.error().message;
+  EXPECT_EQ(rig.ctx->stats().evictions, 0u);
+  EXPECT_EQ(rig.ctx->stats().write_backs, 0u);
+  EXPECT_EQ(read_all(*rig.queues[0], resident), data);
+}
+
 TEST(Runtime, TooBigForTheDeviceFailsCleanlyAndLeavesNoTrace) {
   drivers::SimOptions o;
   o.memory_size = 1 << 20;

@@ -156,6 +156,13 @@ class Host {
   virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
                     std::span<const Event> after) noexcept = 0;
 
+  /// The most bytes of buffers location `at` (a device) can ever hold at
+  /// once: its memory, less what the host keeps for itself. A command
+  /// whose buffers need more than this together fails at once
+  /// (`device_full`, naming the sizes), evicting nothing and waiting for
+  /// no room. O(1). The default: no limit known.
+  [[nodiscard]] virtual std::uint64_t capacity(Location /*at*/) const noexcept { return UINT64_MAX; }
+
   /// Whether eviction may take buffer `cookie`'s storage at `at` now (false:
   /// the host has handed out a pointer into it, a mapping). O(1); called
   /// under engine locks. The default: always.
@@ -181,6 +188,12 @@ class Host {
   virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept = 0;
   /// Drops a copy that will never run (its enqueue failed).
   virtual void discard_copy(CopyHandle copy) noexcept = 0;
+
+  /// What the engine's error messages call `at`: "the host copy" for
+  /// migration::kHost, else a device's name. The default: "location N".
+  [[nodiscard]] virtual std::string location_name(Location at) const {
+    return at == migration::kHost ? std::string("the host copy") : "location " + std::to_string(at);
+  }
 
   // ---- paths --------------------------------------------------------------
   /// What moving bytes costs between two locations, and which direct
