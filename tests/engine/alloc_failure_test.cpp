@@ -1,39 +1,25 @@
 // An enqueue is all or nothing when the host's memory runs out too: every
 // allocation an enqueue makes is made to fail in turn (this binary's
-// operator new counts down), and each such enqueue must return an error and
-// leave every buffer as it was (its spans, their versions and holders, its
-// storage), with no exception escaping. A scripted run exercises what the
-// engine records: imports into two devices, sub-range writes that split
-// spans, readers beyond the inline two, undo records, and copies.
+// operator new counts down: alloc_countdown.hpp), and each such enqueue
+// must return an error and leave every buffer as it was (its spans, their
+// versions and holders, its storage), with no exception escaping. A
+// scripted run exercises what the engine records: imports into two
+// devices, sub-range writes that split spans, readers beyond the inline
+// two, undo records, and copies; and writers that failed, which the next
+// enqueue puts back.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
 #include <ostream>
+#include <span>
 #include <vector>
 
+#include "../alloc_countdown.hpp"
 #include "byte_host.hpp"
-
-namespace {
-// Allocations left before one fails; negative: none fails.
-std::atomic<long> g_allocations_left{-1};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (g_allocations_left.load(std::memory_order_relaxed) >= 0 &&
-      g_allocations_left.fetch_sub(1, std::memory_order_relaxed) == 0)
-    throw std::bad_alloc();
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace memlayer;
 using namespace memlayer::engine;
@@ -76,10 +62,7 @@ class MustNotFail final : public Host {
   const migration::CostModel& cost_model() const noexcept override { return host_.cost_model(); }
 
  private:
-  struct Suspend {
-    long left = g_allocations_left.exchange(-1);
-    ~Suspend() { g_allocations_left.store(left); }
-  };
+  using Suspend = memlayer::testing::AllocationsSucceed;
   ByteHost& host_;
 };
 
@@ -164,22 +147,27 @@ class AllocationFailure : public ::testing::Test {
 
   // Enqueues `uses` at `at` with the k-th allocation failing, for k = 0, 1,
   // ... until an enqueue succeeds: each failed one must change nothing
-  // (with `evicting`, nothing but what evictions moved). Returns how many
-  // allocations the enqueue made.
-  long enqueue_through_failures(const std::vector<BufferUse>& uses, Location at, bool evicting = false) {
+  // (with `evicting`, nothing but what evictions moved; or it may leave the
+  // buffers in one of the `settled` states: settling failed writers changes
+  // no content, range_versions.hpp). The command also waits for `gate`.
+  // Returns how many allocations the enqueue made.
+  long enqueue_through_failures(const std::vector<BufferUse>& uses, Location at, bool evicting = false,
+                                const std::vector<std::vector<BufferState>>& settled = {},
+                                std::span<Task* const> gate = {}) {
     for (long k = 0;; ++k) {
       const auto before = snapshot();
       const int storage = host_.live_storage;
+      const std::uint64_t lost = bytes_lost();
       Task& cmd = host_.command(nullptr);
       std::optional<EnqueueError> failed;
       bool escaped = false;
-      g_allocations_left.store(k);
+      memlayer::testing::fail_allocation(k);
       try {
         failed = engine_->enqueue(uses, at, &cmd, sub_);
       } catch (const std::bad_alloc&) {
         escaped = true;
       }
-      const bool ran_out = g_allocations_left.exchange(-1) < 0;
+      const bool ran_out = memlayer::testing::stop_failing();
       if (escaped) {
         // The engine's state is undefined now (its buffers may stay
         // locked): end here rather than hang in the destructors.
@@ -189,7 +177,7 @@ class AllocationFailure : public ::testing::Test {
       }
       if (!failed) {
         EXPECT_FALSE(ran_out) << "allocation " << k << " failed, yet the enqueue succeeded";
-        host_.start(cmd, sub_.waits());
+        host_.start(cmd, sub_.waits(), gate);
         sub_.clear();  // its references to the waits: the next attempt starts from none
         return k;
       }
@@ -199,8 +187,13 @@ class AllocationFailure : public ::testing::Test {
         EXPECT_EQ(versions_only(snapshot()), versions_only(before)) << "allocation " << k << " failed: a version changed";
         EXPECT_EQ(bytes_lost(), 0u) << "allocation " << k;
       } else {
-        EXPECT_EQ(snapshot(), before) << "allocation " << k << " failed: a version, holder or storage changed";
+        const auto now = snapshot();
+        const bool settling = std::find(settled.begin(), settled.end(), now) != settled.end();
+        EXPECT_TRUE(now == before || settling) << "allocation " << k << " failed: a version, holder or storage changed\n"
+                                                << ::testing::PrintToString(before) << "\n became\n"
+                                                << ::testing::PrintToString(now);
         EXPECT_EQ(host_.live_storage, storage) << "allocation " << k;
+        EXPECT_EQ(bytes_lost(), lost) << "allocation " << k;
       }
 
       EXPECT_TRUE(sub_.waits().empty());
@@ -245,6 +238,40 @@ TEST_F(AllocationFailure, EveryFailedAllocationFailsTheEnqueueAndChangesNothing)
   // on a copy or command a failed attempt left behind (run_all checks that
   // every submitted task became ready).
   host_.run_all();
+}
+
+// Writers that fail: the next enqueue on their bytes puts back what they
+// wrote over (RangeVersions::restore), the newest first, while host memory
+// runs out at each allocation in turn. A failed enqueue may keep what it
+// settled, whole (each writer put back, or not), as settling changes no
+// content the host could see; nothing may be lost and no reference kept.
+TEST_F(AllocationFailure, FailedWritersArePutBackWholeOrNotAtAll) {
+  Buffer& a = make(8192);
+  enqueue_through_failures({{&a, {0, 8192, Access::read}}}, 1);
+  enqueue_through_failures({{&a, {2048, 4096, Access::read}}}, 2);
+  enqueue_through_failures({{&a, {2048, 4096, Access::read}}}, 3);
+  ASSERT_FALSE(HasFailure());
+  host_.run_all();
+  const auto original = snapshot();
+  // Overwrites (no copy, so putting one back is exactly the state before
+  // it), the first gated on a user event that fails, the second behind it.
+  Task& gate = host_.user_event();
+  const std::vector<Task*> gated{&gate};
+  enqueue_through_failures({{&a, {1024, 4096, Access::overwrite}}}, 2, false, {}, gated);
+  const auto first_written = snapshot();
+  enqueue_through_failures({{&a, {1024, 4096, Access::overwrite}}}, 1);
+  ASSERT_FALSE(HasFailure());
+  host_.end_user(gate, false);
+  host_.run_all();  // both writers fail: the second waited for the first
+
+  const long allocations =
+      enqueue_through_failures({{&a, {0, 8192, Access::read}}}, 3, false, {first_written, original});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GT(allocations, 0);
+  host_.run_all();
+  EXPECT_EQ(bytes_lost(), 0u);
+  // Both writers undone: the versions are those before them.
+  EXPECT_EQ(versions_only(snapshot()), versions_only(original));
 }
 
 // Devices with room for two of the buffers: the third evicts one, whose
