@@ -267,15 +267,35 @@ void RangeVersions::forget_undo(std::size_t index) {
 }
 
 // Puts back what record `index` says its bytes were before its writer,
-// which failed (`ran`: after starting).
+// which failed (`ran`: after starting). All or nothing: what may throw
+// (copying the newer records it splits in two, room for them, cutting the
+// spans at the record's ends) comes first, so that on std::bad_alloc the
+// record is still there, whole, for the next settle; the changes after it
+// allocate nothing.
 void RangeVersions::restore(std::size_t index, bool ran) {
-  Undo r = std::move(undo_[index]);
-  undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
-  const std::uint64_t begin = r.offset, end = r.offset + r.size;
+  const std::uint64_t begin = undo_[index].offset, end = begin + undo_[index].size;
   // Newer records over these bytes describe content made from the failed
   // one; their writers wait for it, so they fail too. Of a record that
   // reaches beyond these bytes (spans merge and split, so records need not
-  // nest), the part beyond stays: its writer's failure puts that back.
+  // nest), the part beyond stays: its writer's failure puts that back. One
+  // beyond on both sides becomes two records: its right part is made here.
+  std::vector<Undo> rights;
+  for (std::size_t j = index + 1; j < undo_.size(); ++j) {
+    const Undo& n = undo_[j];
+    if (n.offset < begin && end < n.offset + n.size) {
+      if (rights.empty()) rights.reserve(undo_.size() - j);
+      rights.emplace_back(n.writer, n.at, end, n.offset + n.size - end, n.before);
+    }
+  }
+  if (rights.size() > 1) detail::reserve_more(undo_, rights.size() - 1);  // one goes where this record was
+  // Spans begin at both ends (a cut left when the second throws is into
+  // identical halves: no content changes, as plan()'s own cuts).
+  split_at(begin);
+  split_at(end);
+
+  Undo r = std::move(undo_[index]);
+  undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
+  auto right = rights.begin();
   for (std::size_t j = index; j < undo_.size();) {
     Undo& n = undo_[j];
     const std::uint64_t a = n.offset, b = n.offset + n.size;
@@ -284,12 +304,11 @@ void RangeVersions::restore(std::size_t index, bool ran) {
     } else if (begin <= a && b <= end) {
       forget_undo(j);
       undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(j));
-    } else if (a < begin && end < b) {  // beyond on both sides: two records
-      Undo right{n.writer, n.at, end, b - end, n.before};
-      hold_span(right.before);
-      ops_.hold(right.writer);
+    } else if (a < begin && end < b) {  // made above, in this order
+      hold_span(right->before);
+      ops_.hold(right->writer);
       n.size = begin - a;
-      undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(right));
+      undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(*right++));  // has room
       j += 2;
     } else {
       if (a < begin) n.size = begin - a;
@@ -297,13 +316,16 @@ void RangeVersions::restore(std::size_t index, bool ran) {
       ++j;
     }
   }
-  split_at(begin);
-  split_at(end);
-  for (auto it = spans_.find(begin); it != spans_.end() && it->first < end;) {
+  // The span cut at `begin` takes the content back (its map node reused:
+  // nothing allocated); the others over these bytes go.
+  const auto first = spans_.find(begin);
+  drop_span(first->second);
+  first->second = std::move(r.before);
+  for (auto it = std::next(first); it != spans_.end() && it->first < end;) {
     drop_span(it->second);
     it = spans_.erase(it);
   }
-  Span& s = spans_.emplace(begin, std::move(r.before)).first->second;
+  Span& s = first->second;
   ops_.drop(r.writer);
   if (ran) {  // its partial writes spoilt the copy where it ran
     auto h = std::find_if(s.holders.begin(), s.holders.end(), [&](const Holder& x) { return x.where == r.at; });

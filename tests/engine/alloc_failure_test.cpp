@@ -1,45 +1,30 @@
 // An enqueue is all or nothing when the host's memory runs out too: every
 // allocation an enqueue makes is made to fail in turn (this binary's
-// operator new counts down), and each such enqueue must return an error and
-// leave every buffer as it was (its spans, their versions and holders, its
-// storage), with no exception escaping and no buffer left locked. A
-// scripted run exercises what the engine records: imports into two
-// devices, sub-range writes that split spans, readers beyond the inline
-// two, undo records, and copies. The same runs with the host throwing from
-// each call that may fail (allocate, create_copy) in turn.
+// operator new counts down: alloc_countdown.hpp), and each such enqueue
+// must return an error and leave every buffer as it was (its spans, their
+// versions and holders, its storage), with no exception escaping and no
+// buffer left locked. A scripted run exercises what the engine records:
+// imports into two devices, sub-range writes that split spans, readers
+// beyond the inline two, undo records, and copies; and writers that
+// failed, which the next enqueue puts back. The same runs with the host
+// throwing from each call that may fail (allocate, create_copy) in turn.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
 #include <ostream>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "alloc_countdown.hpp"
 #include "bounded.hpp"
 #include "byte_host.hpp"
-
-namespace {
-// Allocations left before one fails; negative: none fails.
-std::atomic<long> g_allocations_left{-1};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (g_allocations_left.load(std::memory_order_relaxed) >= 0 &&
-      g_allocations_left.fetch_sub(1, std::memory_order_relaxed) == 0)
-    throw std::bad_alloc();
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace memlayer;
 using namespace memlayer::engine;
@@ -96,10 +81,7 @@ class MustNotFail final : public Host {
   void may_throw() {
     if (throws_left >= 0 && throws_left-- == 0) throw std::runtime_error(kHostFailure);
   }
-  struct Suspend {
-    long left = g_allocations_left.exchange(-1);
-    ~Suspend() { g_allocations_left.store(left); }
-  };
+  using Suspend = memlayer::testing::AllocationsSucceed;
   ByteHost& host_;
 };
 
@@ -188,25 +170,30 @@ class AllocationFailure : public ::testing::Test {
 
   // Enqueues `uses` at `at` with the k-th allocation (or host call)
   // failing, for k = 0, 1, ... until an enqueue succeeds: each failed one
-  // must change nothing (with `evicting`, nothing but what evictions moved)
-  // and leave every buffer unlocked. Returns how many allocations (host
-  // calls) the enqueue made.
+  // must change nothing (with `evicting`, nothing but what evictions moved;
+  // or it may leave the buffers in one of the `settled` states: settling
+  // failed writers changes no content, range_versions.hpp) and leave every
+  // buffer unlocked. The command also waits for `gate`. Returns how many
+  // allocations (host calls) the enqueue made.
   long enqueue_through_failures(const std::vector<BufferUse>& uses, Location at, bool evicting = false,
-                                Fault fault = Fault::out_of_memory) {
+                                Fault fault = Fault::out_of_memory,
+                                const std::vector<std::vector<BufferState>>& settled = {},
+                                std::span<Task* const> gate = {}) {
     for (long k = 0;; ++k) {
       const auto before = snapshot();
       const int storage = host_.live_storage;
+      const std::uint64_t lost = bytes_lost();
       Task& cmd = host_.command(nullptr);
       std::optional<EnqueueError> failed;
       bool escaped = false;
-      if (fault == Fault::out_of_memory) g_allocations_left.store(k);
+      if (fault == Fault::out_of_memory) memlayer::testing::fail_allocation(k);
       else guarded_.throws_left = k;
       try {
         failed = engine_->enqueue(uses, at, &cmd, sub_);
       } catch (...) {
         escaped = true;
       }
-      const bool ran_out = fault == Fault::out_of_memory ? g_allocations_left.exchange(-1) < 0
+      const bool ran_out = fault == Fault::out_of_memory ? memlayer::testing::stop_failing()
                                                          : std::exchange(guarded_.throws_left, -1) < 0;
       if (escaped) {
         // The engine's state is undefined now (its buffers may stay
@@ -217,7 +204,7 @@ class AllocationFailure : public ::testing::Test {
       }
       if (!failed) {
         EXPECT_FALSE(ran_out) << "failure " << k << " happened, yet the enqueue succeeded";
-        host_.start(cmd, sub_.waits());
+        host_.start(cmd, sub_.waits(), gate);
         sub_.clear();  // its references to the waits: the next attempt starts from none
         return k;
       }
@@ -234,8 +221,12 @@ class AllocationFailure : public ::testing::Test {
         EXPECT_EQ(versions_only(after), versions_only(before)) << "failure " << k << ": a version changed";
         EXPECT_EQ(bytes_lost(), 0u) << "failure " << k;
       } else {
-        EXPECT_EQ(after, before) << "failure " << k << ": a version, holder or storage changed";
+        const bool settling = std::find(settled.begin(), settled.end(), after) != settled.end();
+        EXPECT_TRUE(after == before || settling) << "failure " << k << ": a version, holder or storage changed\n"
+                                                 << ::testing::PrintToString(before) << "\n became\n"
+                                                 << ::testing::PrintToString(after);
         EXPECT_EQ(host_.live_storage, storage) << "failure " << k;
+        EXPECT_EQ(bytes_lost(), lost) << "failure " << k;
       }
 
       EXPECT_TRUE(sub_.waits().empty());
@@ -287,6 +278,40 @@ class AllocationFailure : public ::testing::Test {
 TEST_F(AllocationFailure, EveryFailedAllocationFailsTheEnqueueAndChangesNothing) { script(Fault::out_of_memory); }
 
 TEST_F(AllocationFailure, EveryHostExceptionFailsTheEnqueueAndChangesNothing) { script(Fault::host_throws); }
+
+// Writers that fail: the next enqueue on their bytes puts back what they
+// wrote over (RangeVersions::restore), the newest first, while host memory
+// runs out at each allocation in turn. A failed enqueue may keep what it
+// settled, whole (each writer put back, or not), as settling changes no
+// content the host could see; nothing may be lost and no reference kept.
+TEST_F(AllocationFailure, FailedWritersArePutBackWholeOrNotAtAll) {
+  Buffer& a = make(8192);
+  enqueue_through_failures({{&a, {0, 8192, Access::read}}}, 1);
+  enqueue_through_failures({{&a, {2048, 4096, Access::read}}}, 2);
+  enqueue_through_failures({{&a, {2048, 4096, Access::read}}}, 3);
+  ASSERT_FALSE(HasFailure());
+  host_.run_all();
+  const auto original = snapshot();
+  // Overwrites (no copy, so putting one back is exactly the state before
+  // it), the first gated on a user event that fails, the second behind it.
+  Task& gate = host_.user_event();
+  const std::vector<Task*> gated{&gate};
+  enqueue_through_failures({{&a, {1024, 4096, Access::overwrite}}}, 2, false, Fault::out_of_memory, {}, gated);
+  const auto first_written = snapshot();
+  enqueue_through_failures({{&a, {1024, 4096, Access::overwrite}}}, 1);
+  ASSERT_FALSE(HasFailure());
+  host_.end_user(gate, false);
+  host_.run_all();  // both writers fail: the second waited for the first
+
+  const long allocations =
+      enqueue_through_failures({{&a, {0, 8192, Access::read}}}, 3, false, Fault::out_of_memory, {first_written, original});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GT(allocations, 0);
+  host_.run_all();
+  EXPECT_EQ(bytes_lost(), 0u);
+  // Both writers undone: the versions are those before them.
+  EXPECT_EQ(versions_only(snapshot()), versions_only(original));
+}
 
 // Devices with room for two of the buffers: the third evicts one, whose
 // bytes are only on the device and still being written there (write-backs
@@ -353,7 +378,7 @@ TEST_F(AllocationFailureUnderPressure, NoVictimStaysLockedWhenAnEnqueueRunsOutWh
     Submission attempt;
     Task& cmd = host_.command(nullptr);
     std::optional<EnqueueError> failed;
-    g_allocations_left.store(k);
+    memlayer::testing::fail_allocation(k);
     try {
       failed = engine_->enqueue(use_c, 1, &cmd, attempt);
     } catch (...) {
@@ -361,7 +386,7 @@ TEST_F(AllocationFailureUnderPressure, NoVictimStaysLockedWhenAnEnqueueRunsOutWh
       std::fflush(stderr);
       std::_Exit(1);
     }
-    const bool ran_out = g_allocations_left.exchange(-1) < 0;
+    const bool ran_out = memlayer::testing::stop_failing();
     host_.start(cmd, {});  // never used by the engine: the enqueue failed
     ASSERT_TRUE(failed) << "the write-backs have not run: there is no room yet";
     const auto after = bounded("a snapshot after a failed enqueue", 60, [&] { return snapshot(); });

@@ -100,7 +100,9 @@ class RangeVersions {
   /// It also makes all the room commit() will need (cutting spans where the
   /// uses and copies begin and end, into identical halves), so that
   /// commit() allocates nothing. Throws std::bad_alloc out of host memory,
-  /// with no content changed. Complexity O(log spans + spans touched ×
+  /// with no content changed: what it settled stays settled, each failed
+  /// writer's undo record put back whole or not at all (the next plan puts
+  /// back the rest). Complexity O(log spans + spans touched ×
   /// (locations + readers + unfinished writers)).
   void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out);
 
@@ -119,10 +121,10 @@ class RangeVersions {
   /// to the host first. `out.wait` lists what must finish before the storage
   /// at `at` may be freed or reused (its readers and whatever fills it).
   /// A span held elsewhere only by copies still in flight is written back
-  /// too: those copies may yet fail. Settles every span first (as plan());
-  /// changes no version. Makes the room commit_write_back() and
-  /// commit_evict() need, so that they allocate nothing; throws
-  /// std::bad_alloc out of host memory. O(spans).
+  /// too: those copies may yet fail. Settles every span first (as plan(),
+  /// and as whole out of host memory); changes no version. Makes the room
+  /// commit_write_back() and commit_evict() need, so that they allocate
+  /// nothing; throws std::bad_alloc out of host memory. O(spans).
   void plan_evict(Location at, const CostModel& cost, Plan& out);
 
   /// Records an eviction planned by plan_evict(): the write-backs become the
