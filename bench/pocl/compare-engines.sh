@@ -26,6 +26,8 @@ done
 out=$(mktemp)
 err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
+# shellcheck source=bench-run.sh
+. "$here/bench-run.sh"
 
 run() {  # engine program devices filter: one run, medians appended to $out
   local before status=0
@@ -33,11 +35,7 @@ run() {  # engine program devices filter: one run, medians appended to $out
   POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=$3 "$bench/$2" --benchmark_filter="$4" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_color=false 2>"$err" |
     awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out" || status=$?
-  if [ "$status" -ne 0 ] || [ "$(wc -l <"$out")" -eq "$before" ]; then
-    echo "compare-engines: $2 (POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=\"$3\") failed (status $status) or measured nothing; its stderr:" >&2
-    tail -20 "$err" >&2
-    exit 1
-  fi
+  bench_run_ended compare-engines "$2 (POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=\"$3\")" "$status" "$before"
 }
 
 for ((r = 1; r <= rounds; ++r)); do

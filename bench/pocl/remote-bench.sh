@@ -25,6 +25,8 @@ cluster=$here/../../drivers/pocl/pocl-cluster.sh
 out=$(mktemp)
 err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
+# shellcheck source=bench-run.sh
+. "$here/bench-run.sh"
 
 run() {  # where engine filter: one run, medians appended to $out
   local where=$1 engine=$2 filter=$3 before status=0
@@ -40,11 +42,7 @@ run() {  # where engine filter: one run, medians appended to $out
          # name, time, unit, cpu, unit, repetitions, then the counter
          # column: bytes_moved for the sub-buffer steps
          print w, e, $1, $2, ($1 ~ /SubBuffer/ ? $7 : "") }' >>"$out" || status=$?
-  if [ "$status" -ne 0 ] || [ "$(wc -l <"$out")" -eq "$before" ]; then
-    echo "remote-bench: the $where run (POCL_MEMLAYER_MIGRATION=$engine) failed (status $status) or measured nothing; its stderr:" >&2
-    tail -30 "$err" >&2
-    exit 1
-  fi
+  bench_run_ended remote-bench "the $where run (POCL_MEMLAYER_MIGRATION=$engine)" "$status" "$before"
 }
 
 for ((r = 1; r <= rounds; ++r)); do
