@@ -126,7 +126,6 @@ class Buffer {
   // holds this buffer's lock, if any (ops_.batch); else to the host at once.
   void hold(Event e, int n = 1) const { ops_.hold(e, n); }
   void drop(Event e, int n = 1) const { ops_.drop(e, n); }
-  [[nodiscard]] bool host_finished(Event e) const;
   static migration::EventOps ops_of(Host& host);
 
   Engine& engine_;
