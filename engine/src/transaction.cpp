@@ -53,14 +53,7 @@ std::optional<EnqueueError> Transaction::run() {
     out_.storage_.assign(uses_.size(), 0);
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
-    bool checked = false;  // exceeds_location(), once storage is to be placed
-    for (const EnqueueScratch::Group& g : s_.groups) {
-      if (failed) break;
-      if (g.buffer->storage(at_).allocated) continue;
-      if (!checked && (failed = exceeds_location())) break;
-      checked = true;
-      failed = place(*g.buffer, at_, false);
-    }
+    failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
     // The rest of commit_all()'s room (plan_all() made the storages'):
@@ -182,6 +175,77 @@ bool Transaction::uses_buffer(const Buffer* b) const {
 }
 
 // ---- storage and eviction -------------------------------------------------
+
+// Storage at the command's location for each of its buffers that has none
+// there, the largest first (a small one placed first may cut the hole a
+// large one needs). When that fails with the location full although the
+// command's buffers fit it together (exceeds_location()), the space is cut
+// up: compact().
+std::optional<EnqueueError> Transaction::place_all() {
+  s_.to_place.clear();
+  for (std::size_t i = 0; i < s_.groups.size(); ++i)
+    if (!s_.groups[i].buffer->storage(at_).allocated) s_.to_place.push_back(i);
+  if (s_.to_place.empty()) return std::nullopt;
+  if (auto too_big = exceeds_location()) return too_big;
+  auto failed = place_largest_first();
+  if (failed && failed->code == EnqueueError::Code::device_full && at_ != kHost) return compact(std::move(*failed));
+  return failed;
+}
+
+std::optional<EnqueueError> Transaction::place_largest_first() {
+  if (s_.to_place.size() > 1) {
+    std::stable_sort(s_.to_place.begin(), s_.to_place.end(), [&](std::size_t a, std::size_t b) {
+      return s_.groups[a].buffer->size() > s_.groups[b].buffer->size();
+    });
+  }
+  for (std::size_t i : s_.to_place)
+    if (auto failed = place(*s_.groups[i].buffer, at_, false)) return failed;
+  return std::nullopt;
+}
+
+// The location is full, nothing more can be evicted, yet the command's
+// buffers fit it together: its own buffers already there (and the storage
+// this enqueue placed) cut the free space into holes too small. They are
+// moved: this enqueue's new storage, empty still, is given back, the
+// command's resident buffers are evicted as any victim is (their bytes
+// valid nowhere else written back first: then the enqueue reports
+// device_busy, to be tried again once that is done), and every one is
+// placed again, the largest first, into the space that leaves; the plan
+// then brings their bytes back from where eviction left them. A buffer
+// that cannot move (mapped, its undo content only there) fails the
+// enqueue with `full`, the error placement gave.
+std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
+  for (const EnqueueScratch::Placed& p : s_.placed) {
+    Storage& st = p.buffer->storage(p.at);
+    host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
+    p.buffer->drop_storage_events(st);
+  }
+  s_.placed.clear();
+  bool waiting = false;
+  for (const EnqueueScratch::Group& g : s_.groups) {
+    Buffer& b = *g.buffer;
+    Storage& st = b.storage(at_);
+    if (!st.allocated) continue;
+    if (!host_.can_evict(b.cookie(), at_) || b.versions_.undo_names(at_)) return full;
+    if (writing_back(b, st)) {
+      wait_for_room(st.write_backs, Retain::batched);
+      waiting = true;
+      continue;
+    }
+    const Evicted e = evict(b, at_);
+    if (e == Evicted::nothing) return full;
+    waiting = waiting || e == Evicted::writing_back;
+  }
+  engine_.counters_.compactions.fetch_add(1, std::memory_order_relaxed);
+  if (waiting) {
+    return error(EnqueueError::Code::device_busy,
+                 host_.location_name(at_) + ": its free space is cut into holes too small for the command's " +
+                     "buffers; they are moved once their bytes are written back");
+  }
+  s_.to_place.clear();
+  for (std::size_t i = 0; i < s_.groups.size(); ++i) s_.to_place.push_back(i);
+  return place_largest_first();
+}
 
 // A command whose own buffers cannot fit its location together fails at
 // once: evicting others would move bytes for nothing, and waiting for room
@@ -345,6 +409,12 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
       refs.begin(host);
     }
   } rebatch{*victim, s_.refs, host_};
+  return evict(*victim, loc);
+}
+
+// Evicts `victim` (locked, its references batched) from `loc`.
+Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
+  Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim->versions_.bytes_lost();
   victim->versions_.plan_evict(loc, host_.cost_model(), plan);  // settles first: judge the bytes after it

@@ -51,6 +51,7 @@ struct EnqueueScratch {
   std::vector<Event> deps;
   std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
+  std::vector<std::size_t> to_place;  // groups whose storage Transaction::place_all() places
   std::vector<Event> after;       // scratch for Host::free
   std::vector<Event> room_after;  // what a device_busy failure waits for, retained
   RefBatch refs;                  // active while buffers are locked
@@ -75,10 +76,14 @@ class Transaction {
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
+  std::optional<EnqueueError> place_all();
+  std::optional<EnqueueError> place_largest_first();  // s_.to_place
+  std::optional<EnqueueError> compact(EnqueueError full);
   [[nodiscard]] std::optional<EnqueueError> exceeds_location() const;
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
+  Evicted evict(Buffer& victim, Location loc);
   Buffer* pick_victim(Location loc, bool clean_only);
   // What a copy is for (CopyRequest::write_back, CopyRequest::last_copy).
   enum class CopyKind : std::uint8_t { for_command, write_back, last_copy };

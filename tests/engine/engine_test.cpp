@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -133,6 +134,55 @@ TEST_F(EngineTest, ACommandLargerThanTheDeviceFailsAtOnceEvictingNothing) {
   ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
   host_.run_all();
   EXPECT_TRUE(resident.valid_at(1, 0, 4096));
+}
+
+// Device 1 (8 KiB) holds A, X, B, Y (2 KiB each, in that order); X and Y
+// can go, leaving two 2 KiB holes: a command on A, B and a new 4 KiB C fits
+// the device but no hole. Its own buffers are moved: written back (their
+// bytes were only there; the enqueue waits for that), evicted, and
+// everything placed again, the largest first; their bytes come back.
+TEST_F(EngineTest, ACommandThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
+  auto write = [&](Buffer& b, std::uint8_t v) {
+    Task& cmd = host_.command(nullptr);
+    ASSERT_FALSE(engine_->enqueue({{{&b, {0, b.size(), Access::overwrite}}}}, 1, &cmd, sub_));
+    std::uint8_t* at = host_.bytes(1, sub_.storage()[0]);
+    cmd.work = [at, v, n = b.size()] { std::memset(at, v, n); };
+    host_.start(cmd, sub_.waits());
+    sub_.clear();
+  };
+  Buffer& a = make(2048, false);
+  Buffer& x = make(2048, true);
+  Buffer& b = make(2048, false);
+  Buffer& y = make(2048, true);
+  write(a, 0xA1);
+  ASSERT_NE(enqueue({{&x, {0, 2048, Access::read}}}, 1), nullptr);
+  write(b, 0xB2);
+  ASSERT_NE(enqueue({{&y, {0, 2048, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  Buffer& c = make(4096, false);
+  const std::vector<BufferUse> uses = {
+      {&a, {0, 2048, Access::read}}, {&b, {0, 2048, Access::read_write}}, {&c, {0, 4096, Access::overwrite}}};
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue(uses, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  EXPECT_NE(error->message.find("holes"), std::string::npos) << error->message;
+  const std::vector<Event> write_backs(sub_.waits().begin(), sub_.waits().end());
+  EXPECT_EQ(write_backs.size(), 2u) << "A's and B's bytes, valid only on the device";
+  ASSERT_TRUE(host_.run_until_done(write_backs));
+  sub_.clear();
+  Task* cmd = enqueue(uses, 1, &error);
+  ASSERT_NE(cmd, nullptr) << error->message;
+  const std::vector<StorageHandle> at(sub_.storage().begin(), sub_.storage().end());
+  host_.run_all();
+  EXPECT_GE(engine_->stats().compactions, 1u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_FALSE(x.has_storage(1));
+  EXPECT_FALSE(y.has_storage(1));
+  const std::uint8_t* a_bytes = host_.bytes(1, at[0]);
+  const std::uint8_t* b_bytes = host_.bytes(1, at[1]);
+  EXPECT_TRUE(std::all_of(a_bytes, a_bytes + 2048, [](std::uint8_t v) { return v == 0xA1; })) << "A's bytes";
+  EXPECT_TRUE(std::all_of(b_bytes, b_bytes + 2048, [](std::uint8_t v) { return v == 0xB2; })) << "B's bytes";
 }
 
 TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {

@@ -155,6 +155,9 @@ struct EngineStats {
   std::uint64_t evictions = 0;
   std::uint64_t write_backs = 0;  ///< write-backs made for evictions: bytes valid nowhere else, copied first
   std::uint64_t bytes_written_back = 0;
+  /// Enqueues that found their location's free space cut into holes too
+  /// small and moved the command's own buffers to make one.
+  std::uint64_t compactions = 0;
   /// Bytes a failed command's undo found held nowhere any more: undefined
   /// since (migration/range_versions.hpp, failures).
   std::uint64_t bytes_lost = 0;
@@ -261,7 +264,7 @@ class Engine {
   std::atomic<std::uint64_t> stamp_{0};
   struct Counters {
     std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
-        evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0};
+        evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0}, compactions{0};
   } counters_;
 };
 
