@@ -126,7 +126,7 @@ void BM_RuntimeEnqueueBehindQueued(benchmark::State& state) {
 }
 
 BENCHMARK(BM_RuntimeEnqueueBehindQueued)
-    ->ArgsProduct({{100, 1000, 10000}, {0, 1, 2}})
+    ->ArgsProduct({{100, 1000, 10000, 100000}, {0, 1, 2}})
     ->ArgNames({"depth", "mix"})
     ->Iterations(200)
     ->UseManualTime();

@@ -1,5 +1,6 @@
 #include "context_state.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "scheduler.hpp"
@@ -39,8 +40,10 @@ void order_in_queue(QueueState& q, bool barrier, const EventPtr& event, std::vec
     if (q.barrier) deps.push_back(q.barrier);
     q.since_barrier.push_back(event);
   }
-  if (q.outstanding.size() >= 64)
+  if (q.outstanding.size() >= q.prune_outstanding_at) {
     std::erase_if(q.outstanding, [](const EventPtr& e) { return e->status() <= cl::kComplete; });
+    q.prune_outstanding_at = std::max<std::size_t>(64, 2 * q.outstanding.size());
+  }
   q.outstanding.push_back(event);
 }
 

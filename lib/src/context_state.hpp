@@ -49,6 +49,10 @@ struct QueueState {
   std::shared_ptr<EventState> barrier;                    // out-of-order: the last barrier
   std::vector<std::shared_ptr<EventState>> since_barrier; // out-of-order: commands after it
   std::vector<std::shared_ptr<EventState>> outstanding;   // for finish()
+  // outstanding.size() that prunes its finished commands; then twice what
+  // is left (at least 64), so that a deep queue of unfinished commands
+  // costs O(1) amortised per enqueue, not a scan each time.
+  std::size_t prune_outstanding_at = 64;
   std::vector<std::pair<void*, Buffer>> mappings;         // live maps: pointer -> buffer
 };
 
