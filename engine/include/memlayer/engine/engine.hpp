@@ -3,7 +3,9 @@
 // One engine serves one context of a runtime (its Host, host.hpp). For each
 // command the runtime hands it the command's buffer uses and the location the
 // command runs at; the engine then, all or nothing:
-//   1. finds or allocates each buffer's storage there; when the location is
+//   1. finds or allocates each buffer's storage there, the largest first
+//      (a command whose buffers cannot fit the location together fails at
+//      once: Host::capacity); when the location is
 //      full it evicts a buffer the command does not use, one with nothing
 //      to write back first, then the least recently used: the storage is
 //      handed back to the host with the events that must finish before
@@ -11,7 +13,9 @@
 //      written back to the host copy first, asynchronously, and keeps its
 //      storage until they have completed: a write-back that fails loses
 //      nothing. If nothing else makes room, the enqueue reports
-//      `device_busy` with the write-backs to wait for;
+//      `device_busy` with the write-backs to wait for. When the space is
+//      there but cut into holes by the command's own buffers, those are
+//      moved (evicted, placed again, brought back by the plan);
 //   2. plans each buffer (migration::RangeVersions::plan: which stale bytes
 //      must come from where, what the command must wait for);
 //   3. has the host create the copies (unstarted);
