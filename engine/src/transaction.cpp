@@ -220,25 +220,28 @@ bool Transaction::writing_back(Buffer& b, Storage& st) {
 
 // The buffer to evict from `loc`, among those with storage there that this
 // command does not use, no other thread holds and no write-back is saving:
-// one with nothing to write back first (its storage can go now), then one
-// whose bytes can be written back at once (its storage goes once they are:
-// a write-back that fails loses nothing), then one whose bytes are still
-// being made there (written back after them, its storage going at once:
-// that write-back failing loses them); within each, one nothing still uses
-// (its storage is reusable at once), then one whose storage no undo record
-// names (evicting that would lose the content a queued writer's failure
-// goes back to), then the least recently used. `clean_only`: only those
-// with nothing to write back. Returned locked. Never waits for a lock.
+// one whose storage holds no content only an unfinished writer's undo
+// record names (evicting it would lose what that writer's failure goes
+// back to) first; within those, one with nothing to write back (its
+// storage can go now), then one whose bytes can be written back at once
+// (its storage goes once they are: a write-back that fails loses nothing),
+// then one whose bytes are still being made there (written back after
+// them, its storage going at once: that write-back failing loses them);
+// within each, one nothing still uses (its storage is reusable at once),
+// then the least recently used. `clean_only`: only those with nothing to
+// write back and no undo content to lose (the enqueue waits for the
+// write-backs made so far instead). Returned locked. Never waits for a lock.
 Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   using WriteBack = migration::RangeVersions::WriteBack;
   struct Rank {
+    bool loses_undo;
     WriteBack write_back;
-    bool idle, unpinned;
+    bool idle;
     std::uint64_t last_use;
     bool better_than(const Rank& o) const {
+      if (loses_undo != o.loses_undo) return !loses_undo;
       if (write_back != o.write_back) return write_back < o.write_back;
       if (idle != o.idle) return idle;
-      if (unpinned != o.unpinned) return unpinned;
       return last_use < o.last_use;
     }
   };
@@ -256,13 +259,14 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
     const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
-    if (!candidate || (clean_only && need != WriteBack::none)) {
+    const bool loses_undo = candidate && b->versions_.undo_only_at(loc);
+    if (!candidate || (clean_only && (need != WriteBack::none || loses_undo))) {
       b->mutex_.unlock();
       continue;
     }
     const Storage& st = b->storage_[loc];
     const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
-    const Rank r{need, idle, idle || !b->versions_.undo_names(loc), st.last_use};
+    const Rank r{loses_undo, need, idle, st.last_use};
     if (victim != nullptr && !r.better_than(best)) {
       b->mutex_.unlock();
       continue;

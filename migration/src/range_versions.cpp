@@ -346,9 +346,9 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bo
   }
 }
 
-bool RangeVersions::undo_names(Location at) const {
+bool RangeVersions::undo_only_at(Location at) const {
   return std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(), [&](const Undo& r) {
-    return std::any_of(r.before.holders.begin(), r.before.holders.end(), [&](const Holder& h) { return h.where == at; });
+    return !r.before.anywhere && r.before.holders.size() == 1 && r.before.holders[0].where == at;
   });
 }
 
@@ -722,7 +722,7 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   };
   for (auto& [offset, s] : spans_) forget(s);  // each keeps a holder: checked above
   // An undo record left with no holder is lost if its writer fails
-  // (bytes_lost); eviction prefers other storage (undo_names()).
+  // (bytes_lost); eviction takes such storage last (undo_only_at()).
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);
   merge_range(0, size_);
 }

@@ -242,6 +242,42 @@ TEST_F(EngineTest, AFailedWriteBackKeepsTheStorageAndTheBytes) {
   host_.run_all();
 }
 
+// Storage that holds the only copy of what a queued writer's failure goes
+// back to (its undo record) is evicted last: a clean buffer used later goes
+// first, and when the writer fails, its buffer reads back as it was.
+TEST_F(EngineTest, EvictionKeepsTheOnlyCopyOfContentAQueuedWriterMayGoBackTo) {
+  Buffer& old_content = make(4096, false);
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  const StorageHandle storage = sub_.storage()[0];
+  host_.run_all();
+  std::fill_n(host_.bytes(1, storage), 4096, 0x42);  // what the command wrote: only on device 1
+  // A writer on device 2, gated: until it ends, device 1 holds the only
+  // copy of what its failure goes back to (and no current bytes).
+  Task& gate = host_.user_event();
+  Task& writer = host_.command(nullptr);
+  const std::vector<BufferUse> overwrite{{&old_content, {0, 4096, Access::overwrite}}};
+  ASSERT_FALSE(engine_->enqueue(overwrite, 2, &writer, sub_));
+  const std::vector<Task*> gated{&gate};
+  host_.start(writer, sub_.waits(), gated);
+  Buffer& clean = make(4096, true);  // valid at the host, used on device 1 after old_content
+  Task* reader = enqueue({{&clean, {0, 4096, Access::read}}}, 1);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(host_.run_until_done(std::vector<Event>{reader}));
+  Buffer& next = make(4096, true);  // device 1 is full: one of the two goes
+  ASSERT_NE(enqueue({{&next, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_FALSE(clean.has_storage(1)) << "the clean buffer, although used later";
+  EXPECT_TRUE(old_content.has_storage(1));
+  host_.end_user(gate, false);  // the writer never runs: old_content goes back to device 1's bytes
+  host_.run_all();
+  ASSERT_TRUE(writer.failed());
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::read}}}, kHost), nullptr);
+  host_.run_all();
+  EXPECT_EQ(old_content.bytes_lost(), 0u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_EQ(cookies_[0]->host_copy, std::vector<std::uint8_t>(4096, 0x42));
+}
+
 TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
   Buffer& a = make(4096, false);
   Buffer& b = make(4096, false);

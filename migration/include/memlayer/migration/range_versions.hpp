@@ -158,11 +158,12 @@ class RangeVersions {
   /// have to write back). O(spans).
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
 
-  /// True when some span could still go back to content held at `at`: an
-  /// unfinished writer's undo state names it. Evicting `at` then loses that
-  /// content if the writer fails (bytes_lost()), so eviction prefers other
-  /// storage. Complexity O(spans × unfinished writers).
-  [[nodiscard]] bool undo_names(Location at) const;
+  /// True when some span could still go back to content held only at
+  /// `at`: an unfinished writer's undo record holds it nowhere else.
+  /// Evicting `at` then loses that content if the writer fails
+  /// (bytes_lost()), so eviction takes such storage last. Complexity
+  /// O(unfinished writers).
+  [[nodiscard]] bool undo_only_at(Location at) const;
   /// Bytes whose content was lost so far: a failed writer's previous
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
