@@ -226,7 +226,7 @@ std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
     Buffer& b = *g.buffer;
     Storage& st = b.storage(at_);
     if (!st.allocated) continue;
-    if (!host_.can_evict(b.cookie(), at_) || b.versions_.undo_names(at_)) return full;
+    if (!host_.can_evict(b.cookie(), at_) || b.versions_.undo_only_at(at_)) return full;
     if (writing_back(b, st)) {
       wait_for_room(st.write_backs, Retain::batched);
       waiting = true;
@@ -332,26 +332,30 @@ bool Transaction::writing_back(Buffer& b, Storage& st) {
 
 // The buffer to evict from `loc`, among those with storage there that this
 // command does not use, no other thread holds and no write-back is saving:
-// one with nothing to write back first (its storage can go now), then one
-// whose bytes can be written back at once (its storage goes once they are:
-// a write-back that fails loses nothing), then one whose bytes are still
-// being made there (written back after them, its storage going at once:
-// that write-back failing loses them); within each, one nothing still uses
-// (its storage is reusable at once), then one whose storage no undo record
-// names (evicting that would lose the content a queued writer's failure
-// goes back to), then the least recently used. `clean_only`: only those
-// with nothing to write back. Returned locked. Never waits for a lock; an
-// exception (out of memory recording what to wait for) leaves none locked.
+// one whose storage holds no content only an unfinished writer's undo
+// record names (evicting it would lose what that writer's failure goes
+// back to) first; within those, one with nothing to write back (its
+// storage can go now), then one whose bytes can be written back at once
+// (its storage goes once they are: a write-back that fails loses nothing),
+// then one whose bytes are still being made there (written back after
+// them, its storage going at once: that write-back failing loses them);
+// within each, one nothing still uses (its storage is reusable at once),
+// then the least recently used. `clean_only`: only those with nothing to
+// write back and no undo content to lose (the enqueue waits for the
+// write-backs made so far instead). Returned locked. Never waits for a
+// lock; an exception (out of memory recording what to wait for) leaves
+// none locked.
 Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   using WriteBack = migration::RangeVersions::WriteBack;
   struct Rank {
+    bool loses_undo;
     WriteBack write_back;
-    bool idle, unpinned;
+    bool idle;
     std::uint64_t last_use;
     bool better_than(const Rank& o) const {
+      if (loses_undo != o.loses_undo) return !loses_undo;
       if (write_back != o.write_back) return write_back < o.write_back;
       if (idle != o.idle) return idle;
-      if (unpinned != o.unpinned) return unpinned;
       return last_use < o.last_use;
     }
   };
@@ -373,10 +377,11 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
     const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
-    if (!candidate || (clean_only && need != WriteBack::none)) continue;
+    const bool loses_undo = candidate && b->versions_.undo_only_at(loc);
+    if (!candidate || (clean_only && (need != WriteBack::none || loses_undo))) continue;
     const Storage& st = b->storage_[loc];
     const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
-    const Rank r{need, idle, idle || !b->versions_.undo_names(loc), st.last_use};
+    const Rank r{loses_undo, need, idle, st.last_use};
     if (victim != nullptr && !r.better_than(best)) continue;
     victim = b;
     victim_lock = std::move(lock);  // the one before is unlocked
@@ -417,7 +422,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim->versions_.bytes_lost();
-  victim->versions_.plan_evict(loc, host_.cost_model(), plan);  // settles first: judge the bytes after it
+  plan_eviction(*victim, loc, plan);  // settles first: judge the bytes after it
   count_lost(victim->versions_.bytes_lost() - lost);
   const bool complete = std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
     return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
@@ -426,7 +431,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
     if (!write_back(*victim, loc, plan)) return Evicted::nothing;
     if (!victim->storage(loc).write_backs.empty()) return Evicted::writing_back;
     // The host made them synchronously: nothing is left to save.
-    victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+    plan_eviction(*victim, loc, plan);
     if (!plan.copies.empty()) return Evicted::writing_back;
   }
   std::size_t first_event = s_.copy_events.size();
@@ -463,13 +468,23 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   return Evicted::freed;
 }
 
-// Makes the write-backs of `plan` (plan_evict's copies of the bytes of
+// What evicting `victim` from `loc` must write back: the bytes valid nowhere
+// else, and what a queued writer's failure would go back to, held only
+// there (its undo record's content).
+void Transaction::plan_eviction(Buffer& victim, Location loc, migration::Plan& plan) {
+  victim.versions_.plan_evict(loc, host_.cost_model(), plan);
+  victim.versions_.plan_undo_write_backs(loc, plan);
+}
+
+// Makes the write-backs of `plan` (plan_eviction's copies of the bytes of
 // `victim` valid nowhere else, to its host copy, placed here if need be).
 // They start with this enqueue's copies, whatever becomes of it: the caller
 // commits them at once. Returns the index of their first event in
 // s_.copy_events; nullopt when one could not be made (none starts then).
 std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind) {
   if (place(victim, kHost, true)) return std::nullopt;
+  const auto undo = std::count_if(plan.copies.begin(), plan.copies.end(), [](const migration::Copy& c) { return c.undo; });
+  migration::detail::reserve_more(victim.storage(kHost).fences, static_cast<std::size_t>(undo));  // fence_host()'s
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
     if (!create_copy(victim, c, first_event, kind)) {
@@ -478,8 +493,29 @@ std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const m
     }
   }
   for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  fence_host(victim, plan, first_event);
   count_write_back(plan);
   return first_event;
+}
+
+// A write-back of undo content writes host bytes that no version holds
+// (migration::RangeVersions::plan_undo_write_backs()): whatever writes the
+// host copy later (a copy into it, a command there) waits for it, as for
+// a fence of storage placed over evicted storage. Fences that ended go
+// first, so the list holds only unfinished ones.
+void Transaction::fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event) {
+  Storage& host = victim.storage(kHost);
+  std::erase_if(host.fences, [&](Event f) {
+    if (!host_.finished(f)) return false;
+    drop(f);
+    return true;
+  });
+  for (std::size_t i = 0; i < plan.copies.size(); ++i) {
+    const Event e = s_.copy_events[first_event + i];
+    if (!plan.copies[i].undo || e == nullptr) continue;
+    host.fences.push_back(e);  // room made in make_write_backs()
+    hold(e);
+  }
 }
 
 // Writes back the bytes of `victim` at `loc` valid nowhere else, keeping the
@@ -589,7 +625,10 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   migration::detail::reserve_more(s_.copy_events, 1);
   for (Event e : c.wait) add_dep(e, first_dep);
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
-  for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
+  // Fences only order: one that ended (a failed undo write-back too,
+  // fence_host()) is nothing to wait for.
+  for (Event f : b.storage(c.dst).fences)
+    if (!host_.finished(f)) add_dep(f, first_dep);
   const std::size_t dep_count = s_.deps.size() - first_dep;
   s_.also.clear();
   c.also.for_each([&](Location l) {

@@ -87,7 +87,9 @@ class Transaction {
   Buffer* pick_victim(Location loc, bool clean_only);
   // What a copy is for (CopyRequest::write_back, CopyRequest::last_copy).
   enum class CopyKind : std::uint8_t { for_command, write_back, last_copy };
+  void plan_eviction(Buffer& victim, Location loc, migration::Plan& plan);
   std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind);
+  void fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
   enum class Retain : std::uint8_t { now, batched };

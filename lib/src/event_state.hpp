@@ -46,6 +46,9 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::optional<int> add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate);
   void add_callback(std::function<void(int)> cb);
   void mark(int status);  // submitted / running, with timestamps
+  /// Its work failed before it changed anything (Status::changed_nothing):
+  /// outcome() says `cancelled`, as if it never ran. Before finish().
+  void changed_nothing() { started_.store(false, std::memory_order_relaxed); }  // published by finish()
 
   /// Ends the event; returns false if it had ended already. Waiters and
   /// callbacks are handed to the caller to run outside the lock.

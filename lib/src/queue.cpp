@@ -55,6 +55,28 @@ BufferUse box_use(const Buffer& b, const RectBox& box, bool writes) {
   return use_of(b, box.first(), box.end() - box.first(), a);
 }
 
+// Tries for one row of a box written from the host once an earlier row is
+// written: a row that fails then is tried again (a transfer writes its
+// whole range, so that is harmless) rather than leave the box half-written,
+// its bytes undefined where they were the only copy. The first row is
+// tried once: its failure changes nothing (Status::changed_nothing) and is
+// the user's to see, as any user transfer's (doc/runtime.md, failures).
+constexpr int kRowAttempts = 3;
+
+// The rows of `box` written from `host` (from `from`) into the buffer whose
+// byte 0 is at `base` on `dev`.
+Status write_rows(detail::DeviceState& dev, const RectBox& box, const RectBox& host, const std::byte* from,
+                  DeviceAddress base) {
+  bool written = false;  // a row is: the box is half-written if the next fails
+  return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
+    Status s;
+    for (int attempt = 0; attempt < (written ? kRowAttempts : 1) && (attempt == 0 || !s.ok()); ++attempt)
+      s = dev.driver().write(base + device_row, from + host_row, box.region()[0]);
+    written = written || s.ok();
+    return s;
+  });
+}
+
 Result<Event> blocking_wait(Result<Event> r, bool blocking) {
   if (!r || !blocking) return r;
   if (r.value().wait() < 0) return Status::error(r.value().status(), r.value().error_message());
@@ -170,11 +192,7 @@ Result<Event> Queue::enqueue_write_rect(const Buffer& buffer, const RectLayout& 
   const auto* from = static_cast<const std::byte*>(source);
   spec.make_work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const Target> t) {
     const DeviceAddress base = t[0].address - box.first();  // the buffer's byte 0
-    return std::function<Status()>([dev, box, host, from, base] {
-      return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
-        return dev->driver().write(base + device_row, from + host_row, box.region()[0]);
-      });
-    });
+    return std::function<Status()>([dev, box, host, from, base] { return write_rows(*dev, box, host, from, base); });
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
 }

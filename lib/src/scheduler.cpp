@@ -95,6 +95,7 @@ void run(const std::shared_ptr<CommandNode>& node) {
   // by the time a wait on its last command returns, so its memory is
   // available to whatever the application enqueues next.
   node->keep_alive.clear();
+  if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
 }
 

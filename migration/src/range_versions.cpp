@@ -372,10 +372,15 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bo
   }
 }
 
-bool RangeVersions::undo_names(Location at) const {
-  return std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(), [&](const Undo& r) {
-    return std::any_of(r.before.holders.begin(), r.before.holders.end(), [&](const Holder& h) { return h.where == at; });
-  });
+// Whether record `r`'s content is held at `at` and nowhere else.
+bool RangeVersions::held_only_at(const Undo& r, Location at) const {
+  return !r.before.anywhere && r.before.holders.size() == 1 && r.before.holders[0].where == at;
+}
+
+bool RangeVersions::undo_only_at(Location at) const {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i)
+    if (held_only_at(undo_[i], at) && !can_write_back_undo(i, at)) return true;
+  return false;
 }
 
 // Each reader comes once: a commit adds its command to a span once (the
@@ -710,6 +715,10 @@ void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> c
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
     const Copy& c = plan.copies[i];
+    if (c.undo) {
+      commit_undo_write_back(c, copy_events[i]);
+      continue;
+    }
     split_at(c.offset);
     split_at(c.offset + c.size);
     for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
@@ -733,7 +742,7 @@ void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) 
     for (bool grew = true; grew && covered < end;) {
       grew = false;
       for (const Copy& c : plan.copies) {
-        if (c.dst == kHost && c.offset <= covered && c.offset + c.size > covered) {
+        if (!c.undo && c.dst == kHost && c.offset <= covered && c.offset + c.size > covered) {
           covered = c.offset + c.size;
           grew = true;
         }
@@ -758,9 +767,57 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   };
   for (auto& [offset, s] : spans_) forget(s);  // each keeps a holder: checked above
   // An undo record left with no holder is lost if its writer fails
-  // (bytes_lost); eviction prefers other storage (undo_names()).
+  // (bytes_lost); eviction takes such storage last (undo_only_at()).
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);
   merge_range(0, size_);
+}
+
+// Whether record `index` (held only at `at`) can be written back to the
+// host copy (plan_undo_write_backs()): its writer is unfinished and runs
+// elsewhere, its copy at `at` did not fail, and the host copy's bytes under
+// it serve nothing else.
+bool RangeVersions::can_write_back_undo(std::size_t index, Location at) const {
+  const Undo& r = undo_[index];
+  if (r.at == at || ops_.done(r.writer) || ops_.failed(r.before.holders[0].ready)) return false;
+  const std::uint64_t end = r.offset + r.size;
+  for (auto it = span_containing(r.offset); it != spans_.end() && it->first < end; ++it)
+    if (holder(it->second, kHost) != nullptr || holder(it->second, at) != nullptr) return false;
+  for (std::size_t j = first_undo_; j < undo_.size(); ++j) {
+    const Undo& o = undo_[j];
+    if (j == index || o.offset + o.size <= r.offset || end <= o.offset) continue;
+    if (holder(o.before, kHost) != nullptr || held_only_at(o, at)) return false;  // the same host bytes
+  }
+  return true;
+}
+
+void RangeVersions::plan_undo_write_backs(Location at, Plan& out) {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    Undo& r = undo_[i];
+    if (!held_only_at(r, at) || !can_write_back_undo(i, at)) continue;
+    Copy c{at, kHost, r.offset, r.size, {}, -1, {}, true};
+    add_unique(c.wait, r.before.holders[0].ready);
+    out.copies.push_back(std::move(c));
+    // Room for commit_undo_write_back(): the record's holder, a reader of
+    // each span over it.
+    make_room(r.before, 1, 0);
+    for (auto it = span_containing(r.offset); it != spans_.end() && it->first < r.offset + r.size; ++it)
+      make_room(it->second, 0, 1);
+  }
+}
+
+// The record plan_undo_write_backs() made `c` for (the one over exactly its
+// bytes held only at c.src: no other over them is) gets `e`'s copy at the
+// host; the spans over them get `e` as a reader, so later writers (at
+// c.src, whose bytes it reads) wait for it.
+void RangeVersions::commit_undo_write_back(const Copy& c, Event e) {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    Undo& r = undo_[i];
+    if (r.offset != c.offset || r.size != c.size || !held_only_at(r, c.src)) continue;
+    set_holder(r.before, kHost, e);
+    for (auto it = span_containing(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it)
+      add_reader(it->second, e);
+    return;
+  }
 }
 
 RangeVersions::WriteBack RangeVersions::write_back_needed(Location at) const {

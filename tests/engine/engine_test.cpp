@@ -318,6 +318,86 @@ TEST_F(EngineTest, AFailedWriteBackKeepsTheStorageAndTheBytes) {
   host_.run_all();
 }
 
+// Storage that holds the only copy of what a queued writer's failure goes
+// back to (its undo record) is evicted last: a clean buffer used later goes
+// first, and when the writer fails, its buffer reads back as it was.
+TEST_F(EngineTest, EvictionKeepsTheOnlyCopyOfContentAQueuedWriterMayGoBackTo) {
+  Buffer& old_content = make(4096, false);
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  const StorageHandle storage = sub_.storage()[0];
+  host_.run_all();
+  std::fill_n(host_.bytes(1, storage), 4096, 0x42);  // what the command wrote: only on device 1
+  // A writer at the host, gated: until it ends, device 1 holds the only
+  // copy of what its failure goes back to (and no current bytes), and the
+  // host copy's bytes are the writer's (that content cannot be written
+  // back there).
+  Task& gate = host_.user_event();
+  Task& writer = host_.command(nullptr);
+  const std::vector<BufferUse> overwrite{{&old_content, {0, 4096, Access::overwrite}}};
+  ASSERT_FALSE(engine_->enqueue(overwrite, kHost, &writer, sub_));
+  const std::vector<Task*> gated{&gate};
+  host_.start(writer, sub_.waits(), gated);
+  Buffer& clean = make(4096, true);  // valid at the host, used on device 1 after old_content
+  Task* reader = enqueue({{&clean, {0, 4096, Access::read}}}, 1);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(host_.run_until_done(std::vector<Event>{reader}));
+  Buffer& next = make(4096, true);  // device 1 is full: one of the two goes
+  ASSERT_NE(enqueue({{&next, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_FALSE(clean.has_storage(1)) << "the clean buffer, although used later";
+  EXPECT_TRUE(old_content.has_storage(1));
+  host_.end_user(gate, false);  // the writer never runs: old_content goes back to device 1's bytes
+  host_.run_all();
+  ASSERT_TRUE(writer.failed());
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::read}}}, kHost), nullptr);
+  host_.run_all();
+  EXPECT_EQ(old_content.bytes_lost(), 0u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_EQ(cookies_[0]->host_copy, std::vector<std::uint8_t>(4096, 0x42));
+}
+
+// When every buffer that could go holds the only copy of what a queued
+// writer's failure goes back to, that content is written back to the host
+// copy before its storage goes (the storage kept until then, as for the
+// current bytes), and the writers' failure finds it there.
+TEST_F(EngineTest, EvictionWritesBackWhatAQueuedWritersFailureGoesBackTo) {
+  Task& gate = host_.user_event();
+  const std::vector<Task*> gated{&gate};
+  std::vector<Buffer*> held;
+  for (std::uint8_t i = 0; i < 2; ++i) {  // device 1 full of them
+    Buffer& b = make(4096, false);
+    Task* made = enqueue({{&b, {0, 4096, Access::overwrite}}}, 1);
+    ASSERT_NE(made, nullptr);
+    const StorageHandle storage = sub_.storage()[0];
+    ASSERT_TRUE(host_.run_until_done(std::vector<Event>{made}));
+    std::fill_n(host_.bytes(1, storage), 4096, static_cast<std::uint8_t>(0x42 + i));  // only on device 1
+    Task& writer = host_.command(nullptr);  // on device 2, gated
+    const std::vector<BufferUse> overwrite{{&b, {0, 4096, Access::overwrite}}};
+    ASSERT_FALSE(engine_->enqueue(overwrite, 2, &writer, sub_));
+    host_.start(writer, sub_.waits(), gated);
+    held.push_back(&b);
+  }
+  // As the runtime does: on device_busy, wait for the write-backs and try again.
+  Buffer& next = make(4096, true);
+  std::optional<EnqueueError> error;
+  for (int attempt = 0; attempt < 3 && enqueue({{&next, {0, 4096, Access::read}}}, 1, &error) == nullptr; ++attempt) {
+    ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+    const std::vector<Event> write_backs(sub_.waits().begin(), sub_.waits().end());
+    ASSERT_TRUE(host_.run_until_done(write_backs));
+    sub_.clear();
+  }
+  ASSERT_TRUE(next.has_storage(1));
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  host_.end_user(gate, false);  // the writers never run: each buffer goes back to its content before
+  host_.run_all();
+  for (std::uint8_t i = 0; i < 2; ++i) {
+    ASSERT_NE(enqueue({{held[i], {0, 4096, Access::read}}}, kHost), nullptr);
+    host_.run_all();
+    EXPECT_EQ(cookies_[i]->host_copy, std::vector<std::uint8_t>(4096, static_cast<std::uint8_t>(0x42 + i)));
+  }
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+}
+
 TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
   Buffer& a = make(4096, false);
   Buffer& b = make(4096, false);

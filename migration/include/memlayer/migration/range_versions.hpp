@@ -127,6 +127,22 @@ class RangeVersions {
   /// nothing; throws std::bad_alloc out of host memory. O(spans).
   void plan_evict(Location at, const CostModel& cost, Plan& out);
 
+  /// Adds to `out`, a plan_evict(at) plan, the write-backs that keep what an
+  /// unfinished writer's failure goes back to when `at` is evicted: content
+  /// its undo record holds only at `at` (Copy::undo), to the host copy.
+  /// Only where the host copy's bytes serve nothing else (no current
+  /// version held there or at `at` over them, no other unfinished record
+  /// over them naming the host) and the writer does not run at `at` (it may
+  /// be writing those bytes); what it cannot save stays lost if the writer
+  /// fails (undo_only_at()). commit_write_back() and commit_evict() make
+  /// each the record's copy at the host, and a reader of the bytes (later
+  /// writers wait for it). The runtime must keep every later write of the
+  /// host copy after these copies (the engine fences the host storage with
+  /// them). Makes the room the commits need; throws std::bad_alloc out of
+  /// host memory. O(unfinished writers), and O(unfinished writers ×
+  /// records over the bytes) for each record held only at `at`.
+  void plan_undo_write_backs(Location at, Plan& out);
+
   /// Records an eviction planned by plan_evict(): the write-backs become the
   /// host's copies and `at` holds nothing any more. A write-back that fails
   /// then loses its bytes (bytes_lost()): a runtime that cannot afford it
@@ -160,11 +176,12 @@ class RangeVersions {
   /// have to write back). O(spans).
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
 
-  /// True when some span could still go back to content held at `at`: an
-  /// unfinished writer's undo state names it. Evicting `at` then loses that
-  /// content if the writer fails (bytes_lost()), so eviction prefers other
-  /// storage. Complexity O(spans × unfinished writers).
-  [[nodiscard]] bool undo_names(Location at) const;
+  /// True when some span could still go back to content held only at
+  /// `at`: an unfinished writer's undo record holds it nowhere else.
+  /// Evicting `at` then loses that content if the writer fails
+  /// (bytes_lost()), so eviction takes such storage last. Complexity
+  /// O(unfinished writers).
+  [[nodiscard]] bool undo_only_at(Location at) const;
   /// Bytes whose content was lost so far: a failed writer's previous
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
@@ -236,6 +253,9 @@ class RangeVersions {
                   const CostModel& cost, Plan& out) const;
   void prepare_commit(std::span<const Use> uses, const Plan& plan);
   void check_eviction_keeps_content(const Plan& plan, Location at) const;
+  [[nodiscard]] bool held_only_at(const Undo& r, Location at) const;
+  [[nodiscard]] bool can_write_back_undo(std::size_t index, Location at) const;
+  void commit_undo_write_back(const Copy& c, Event e);
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
 
   std::uint64_t size_;
