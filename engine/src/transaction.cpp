@@ -212,8 +212,8 @@ std::optional<EnqueueError> Transaction::place_largest_first() {
 // device_busy, to be tried again once that is done), and every one is
 // placed again, the largest first, into the space that leaves; the plan
 // then brings their bytes back from where eviction left them. A buffer
-// that cannot move (mapped, its undo content only there) fails the
-// enqueue with `full`, the error placement gave.
+// that cannot move (mapped) fails the enqueue with `full`, the error
+// placement gave.
 std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
   for (const EnqueueScratch::Placed& p : s_.placed) {
     Storage& st = p.buffer->storage(p.at);
@@ -226,9 +226,15 @@ std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
     Buffer& b = *g.buffer;
     Storage& st = b.storage(at_);
     if (!st.allocated) continue;
-    if (!host_.can_evict(b.cookie(), at_) || b.versions_.undo_only_at(at_)) return full;
-    if (writing_back(b, st)) {
-      wait_for_room(st.write_backs, Retain::batched);
+    if (!host_.can_evict(b.cookie(), at_)) return full;
+    // Content a queued writer's failure goes back to, held only here: moved
+    // once that writer has finished. Until then, and while a write-back
+    // saves the storage, the enqueue waits.
+    s_.after.clear();
+    b.versions_.undo_only_at_writers(at_, s_.after);
+    if (writing_back(b, st)) s_.after.insert(s_.after.end(), st.write_backs.begin(), st.write_backs.end());
+    if (!s_.after.empty()) {
+      wait_for_room(s_.after, Retain::batched);
       waiting = true;
       continue;
     }

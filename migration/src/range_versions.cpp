@@ -383,6 +383,14 @@ bool RangeVersions::undo_only_at(Location at) const {
   return false;
 }
 
+void RangeVersions::undo_only_at_writers(Location at, std::vector<Event>& out) const {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    const Event w = undo_[i].writer;
+    if (ops_.done(w) || !held_only_at(undo_[i], at) || can_write_back_undo(i, at)) continue;
+    if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  }
+}
+
 // Each reader comes once: a commit adds its command to a span once (the
 // pieces of its uses are disjoint, and the plan cut the spans at their
 // ends) and each of its copies once per span the copy reads. So the list

@@ -182,6 +182,12 @@ class RangeVersions {
   /// (bytes_lost()), so eviction takes such storage last. Complexity
   /// O(unfinished writers).
   [[nodiscard]] bool undo_only_at(Location at) const;
+  /// The writers behind undo_only_at(at) that have not finished, each once,
+  /// appended to `out`: once they have, evicting `at` loses nothing (a
+  /// completed writer's record is dropped, a failed one's put back as the
+  /// current content). Throws std::bad_alloc (out grows). O(unfinished
+  /// writers).
+  void undo_only_at_writers(Location at, std::vector<Event>& out) const;
   /// Bytes whose content was lost so far: a failed writer's previous
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
