@@ -73,9 +73,9 @@ std::string describe(const RangeVersions& v) {
   });
   for (const SpanInfo& s : spans)
     os << "[" << s.offset << ", +" << s.size << ") v" << s.version << " at " << describe(s.valid) << "; ";
-  os << "lost " << v.bytes_lost() << "; undo names";
+  os << "lost " << v.bytes_lost() << "; undo content only at";
   for (Location l = 0; l < 4; ++l)
-    if (v.undo_names(l)) os << " " << l;
+    if (v.undo_only_at(l)) os << " " << l;
   return os.str() + "\n";
 }
 
