@@ -37,9 +37,10 @@ std::size_t order_count(const QueueState& q, bool barrier) {
   return (q.barrier ? 1 : 0) + (barrier ? q.since_barrier.size() : 0);
 }
 
-// The room order_in_queue() needs: made before the engine commits.
-void make_room_in_queue(QueueState& q, bool barrier, CommandNode& node) {
-  reserve_deps(node, order_count(q, barrier));
+// The room order_in_queue() needs, and `engine_waits` for the engine's
+// waits: made before the engine commits.
+void make_room_in_queue(QueueState& q, bool barrier, CommandNode& node, std::size_t engine_waits) {
+  reserve_deps(node, order_count(q, barrier) + engine_waits);
   if (q.out_of_order && !barrier) room_for_one(q.since_barrier);
   room_for_one(q.outstanding);
 }
@@ -150,7 +151,8 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   auto node = make_node(spec.device, std::move(spec.work));
   node->targets.resize(spec.uses.size());
   node->keep_alive.reserve(spec.uses.size());
-  reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps);
+  // Queue order adds one more (in-order) or a few: try_enqueue() sees.
+  reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps + 1);
   for (const Event& e : wait) add_dep(*node, e.state(), true);
   const auto deadline = std::chrono::steady_clock::now() + room_wait;
   for (int attempt = 1;; ++attempt) {
@@ -176,7 +178,7 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
     // Queue order and buffer-version order must agree, or two threads on
     // one queue could each wait for the other: the queue lock comes first.
     std::lock_guard queue_lock(queue.mutex);
-    make_room_in_queue(queue, spec.barrier, *node);
+    make_room_in_queue(queue, spec.barrier, *node, spec.uses.size() + kSpareDeps);
     if (!spec.uses.empty()) {
       sc.uses.clear();
       for (const BufferUse& u : spec.uses) sc.uses.push_back({&u.parent->tracked, u.use});

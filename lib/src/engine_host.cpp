@@ -146,8 +146,8 @@ engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::
   return a;
 }
 
-// Must not fail (host.hpp), and allocates nothing as long as the storage
-// has at most kFenceRoom users still queued: allocate() made the fence and
+// Must not fail (host.hpp), and allocates nothing as long as at most
+// kFenceRoom events of `after` are unfinished: allocate() made the fence and
 // its room in the quarantine. With more, the fence needs more room; without
 // memory for it, the storage stays allocated, unused, until the context
 // goes: correct (nothing is placed over bytes still being used), and it

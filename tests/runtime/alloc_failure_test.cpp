@@ -7,9 +7,10 @@
 // command that was enqueued completes and every byte of every buffer is what
 // the commands that were enqueued made of it. The script reaches the paths
 // that run after the engine has committed a command (the queue's order, the
-// command's wiring), an eviction whose storage still has a user queued
-// (EngineHost::free makes a fence) and hidden copies between two devices
-// (EngineHost::create_copy, submit_copy).
+// command's wiring), an eviction whose storage still has users queued
+// (EngineHost::free fences it, with more users than its fence was made with
+// room for) and hidden copies between two devices (EngineHost::create_copy,
+// submit_copy).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -145,12 +146,15 @@ bool run_script(const long n) {
   const std::vector<KernelArg> b_to_c{{B, Access::read}, {C, Access::overwrite}};
   const std::vector<KernelArg> c_to_a{{C, Access::read}, {A, Access::overwrite}};
   const std::vector<KernelArg> a_to_b{{A, Access::read}, {B, Access::overwrite}};
-  KernelFunction reads_once = [](std::span<void* const>) { return Status{}; };
-  KernelFunction reads_again = reads_once;
+  const KernelFunction reads = [](std::span<void* const>) { return Status{}; };
+  std::vector<KernelFunction> gated_reads(5, reads);
+  KernelFunction reads_again = reads;
   KernelFunction plus1 = add_kernel(1), plus2 = add_kernel(2), plus3 = add_kernel(3);
 
-  // A reader of E on device 0 held back by the gate: E keeps a queued user.
-  step("read E on device 0", [&] { return q0->enqueue_kernel(std::move(reads_once), e_read, gated); });
+  // Readers of E on device 0 held back by the gate: E keeps queued users,
+  // more than EngineHost::free()'s fence has room for when it is made.
+  for (KernelFunction& k : gated_reads)
+    step("read E on device 0", [&] { return q0->enqueue_kernel(std::move(k), e_read, gated); });
   // B written on device 1, C made from it there.
   if (step("write B on device 1", [&] { return q1->enqueue_write(B, 0, kSize, b.data(), false); })) want_b = b;
   if (step("C = B + 1 on device 1", [&] { return q1->enqueue_kernel(std::move(plus1), b_to_c); }))
@@ -165,7 +169,7 @@ bool run_script(const long n) {
     want_b = plus(want_a, 3);
   const bool reached = fail_at < 0;
   if (!reached) {
-    // The script reached what it is for: E evicted (its reader still held
+    // The script reached what it is for: E evicted (its readers still held
     // back by the gate), then A or C; copies through the host copy.
     const ContextStats stats = ctx->stats();
     EXPECT_GE(stats.evictions, 2u);
