@@ -7,26 +7,42 @@
 #   bench/pocl/compare-engines.sh BUILD_DIR [ROUNDS]
 #
 # Needs the environment of `./memlayer pocl-env` (`./memlayer bench-pocl`
-# sets it and calls this). Kernel enqueue times are per enqueue (the
-# benchmark times batches of 64).
+# sets it, builds what this needs and calls this). Kernel enqueue times are
+# per enqueue (the benchmark times batches of 64). CPU_DEVICE: PoCL's CPU
+# device for the small-command run (pthread, the default, on 3.1; cpu on 7.1).
 set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 build=${1:?usage: compare-engines.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
+cpu=${CPU_DEVICE:-pthread}
 bench=$build/tests/pocl
+die() { echo "compare-engines: $*" >&2; exit 1; }
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS $rounds: give a number of rounds (1 or more)"
+for program in memlayer-bench-pocl-migration memlayer-bench-pocl; do
+  [ -x "$bench/$program" ] || die "$bench/$program not found (./memlayer bench-pocl builds it, as does ./memlayer test in build/test)"
+done
+[ -n "${OCL_ICD_VENDORS:-}" ] || die "OCL_ICD_VENDORS is not set: run with the environment of ./memlayer pocl-env (eval \"\$(./memlayer pocl-env)\"), or run ./memlayer bench-pocl"
+[ -r "$OCL_ICD_VENDORS" ] || die "OCL_ICD_VENDORS=$OCL_ICD_VENDORS not found (./memlayer pocl-env builds PoCL and prints where it is)"
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+# shellcheck source=bench-run.sh
+. "$here/bench-run.sh"
 
-run() {  # engine program devices filter
+run() {  # engine program devices filter: one run, medians appended to $out
+  local before status=0
+  before=$(wc -l <"$out")
   POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=$3 "$bench/$2" --benchmark_filter="$4" --benchmark_repetitions=3 \
-    --benchmark_report_aggregates_only=true --benchmark_color=false 2>/dev/null | awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out"
+    --benchmark_report_aggregates_only=true --benchmark_color=false 2>"$err" |
+    awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out" || status=$?
+  bench_run_ended compare-engines "$2 (POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=\"$3\")" "$status" "$before"
 }
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r of $rounds" >&2
   for engine in 1 0; do
     run "$engine" memlayer-bench-pocl-migration "memlayer memlayer memlayer memlayer" .
-    run "$engine" memlayer-bench-pocl "pthread memlayer memlayer" 'SmallCommand/1'
+    run "$engine" memlayer-bench-pocl "$cpu memlayer memlayer" 'SmallCommand/1'
   done
 done
 

@@ -8,7 +8,8 @@
 #
 #   bench/pocl/remote-bench.sh POCL71_BUILD_DIR BENCH_DIR [ROUNDS]
 #
-# POCL71_BUILD_DIR: drivers/pocl/build-pocl.sh --pocl=7.1 --print-dir.
+# POCL71_BUILD_DIR: a built PoCL 7.1 (drivers/pocl/build-pocl.sh --pocl=7.1
+# builds it and prints the folder; ./memlayer bench-remote does all of this).
 # BENCH_DIR: a memlayer build folder with tests/pocl/memlayer-bench-pocl-migration
 # (./memlayer test builds it in build/test). The servers' memlayer devices
 # compute on the CPU, as does the client: on a small machine the times are
@@ -19,23 +20,29 @@ bench=${2:?usage: remote-bench.sh POCL71_BUILD_DIR BENCH_DIR [ROUNDS]}/tests/poc
 rounds=${3:-3}
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 cluster=$here/../../drivers/pocl/pocl-cluster.sh
-[ -x "$bench" ] || { echo "remote-bench: $bench not found (./memlayer test builds it)" >&2; exit 1; }
+[ -x "$bench" ] || { echo "remote-bench: $bench not found (./memlayer bench-remote builds it, as does ./memlayer test in build/test)" >&2; exit 1; }
+[ -x "$pocl/pocld/pocld" ] || { echo "remote-bench: $pocl/pocld/pocld not found: give a built PoCL 7.1 folder (./memlayer bench-remote builds one)" >&2; exit 1; }
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+# shellcheck source=bench-run.sh
+. "$here/bench-run.sh"
 
 run() {  # where engine filter: one run, medians appended to $out
-  local where=$1 engine=$2 filter=$3
+  local where=$1 engine=$2 filter=$3 before status=0
+  before=$(wc -l <"$out")
   local cmd=("$bench" --benchmark_filter="$filter" --benchmark_repetitions=3 --benchmark_min_time=0.1
              --benchmark_report_aggregates_only=true --benchmark_color=false)
   if [ "$where" = remote ]; then
-    POCL_MEMLAYER_MIGRATION=$engine "$cluster" run --build "$pocl" --servers 4 --devices memlayer -- "${cmd[@]}" 2>/dev/null
+    POCL_MEMLAYER_MIGRATION=$engine "$cluster" run --build "$pocl" --servers 4 --devices memlayer -- "${cmd[@]}" 2>"$err"
   else
     POCL_MEMLAYER_MIGRATION=$engine POCL_BUILDING=1 OCL_ICD_VENDORS="$pocl/lib/CL/libpocl.so" \
-      POCL_DEVICES="memlayer memlayer memlayer memlayer" "${cmd[@]}" 2>/dev/null
+      POCL_DEVICES="memlayer memlayer memlayer memlayer" "${cmd[@]}" 2>"$err"
   fi | awk -v w="$where" -v e="$engine" '$1 ~ /_median$/ {
          # name, time, unit, cpu, unit, repetitions, then the counter
          # column: bytes_moved for the sub-buffer steps
-         print w, e, $1, $2, ($1 ~ /SubBuffer/ ? $7 : "") }' >>"$out"
+         print w, e, $1, $2, ($1 ~ /SubBuffer/ ? $7 : "") }' >>"$out" || status=$?
+  bench_run_ended remote-bench "the $where run (POCL_MEMLAYER_MIGRATION=$engine)" "$status" "$before"
 }
 
 for ((r = 1; r <= rounds; ++r)); do

@@ -72,4 +72,63 @@ void BM_RuntimeKernelEnqueue(benchmark::State& state) {
 
 BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
 
+// The cost of one kernel enqueue with `depth` kernels already queued on the
+// same buffers, each behind one user event (readers, writers, or both in
+// turn), none of them run: an enqueue must cost the same whatever the depth (no
+// list of queued readers scanned per enqueue). 16 buffer arguments; only
+// the enqueues after the fill are timed, few enough that the depth stays
+// about what it was.
+void BM_RuntimeEnqueueBehindQueued(benchmark::State& state) {
+  const auto depth = static_cast<std::size_t>(state.range(0));
+  const int mix = static_cast<int>(state.range(1));  // 0: readers, 1: writers, 2: alternating
+  drivers::SimOptions options;
+  options.memory_size = 64 << 20;
+  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
+  if (Status s = drivers::SimDevice::create(1, options, sims); !s.ok()) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  std::vector<std::unique_ptr<DeviceDriver>> devices;
+  devices.push_back(std::move(sims[0]));
+  auto ctx = must(Context::create(std::move(devices)), "create the context");
+  auto q = must(ctx->create_queue(0, true), "create a queue");  // out of order: no queue order to keep
+  std::vector<KernelArg> reads, writes;
+  for (std::size_t i = 0; i < 16; ++i) {
+    Buffer b = must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer");
+    reads.push_back({b, migration::Access::read});
+    writes.push_back({b, migration::Access::read_write});
+  }
+  const KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
+  if (must(q->enqueue_kernel(kernel, writes), "enqueue").wait() != cl::kComplete) {
+    state.SkipWithError("the first kernel failed");
+    return;
+  }
+  Event gate = ctx->create_user_event();
+  const std::vector<Event> held{gate};
+  std::size_t n = 0;
+  auto enqueue = [&] {
+    const bool write = mix == 1 || (mix == 2 && n % 2 == 1);
+    auto e = q->enqueue_kernel(kernel, write ? writes : reads, held);
+    ++n;
+    if (!e.ok()) state.SkipWithError(e.error().message.c_str());
+    return e.ok();
+  };
+  while (n < depth)
+    if (!enqueue()) return;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool ok = enqueue();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!ok) break;
+  }
+  (void)gate.set_user_status(cl::kComplete);
+  (void)q->finish();
+}
+
+BENCHMARK(BM_RuntimeEnqueueBehindQueued)
+    ->ArgsProduct({{100, 1000, 10000, 100000}, {0, 1, 2}})
+    ->ArgNames({"depth", "mix"})
+    ->Iterations(200)
+    ->UseManualTime();
+
 }  // namespace

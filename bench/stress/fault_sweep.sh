@@ -3,8 +3,9 @@
 # commands in all (12 runs of 10^5), every read of defined bytes checked.
 # Faults in bursts of 4 outlast a source's retries: those copies are made
 # from another copy, or fail their command; write-backs are made again.
-# Prints one table row per run and the totals (README, "Failures"); exits
-# non-zero if any run fails (a mismatch, a hang, a leak).
+# Prints one table row per run and the totals (doc/performance.md, "The
+# fault sweep"); exits non-zero if any run fails (a mismatch, a hang, a
+# leak).
 #   bench/stress/fault_sweep.sh [path/to/memlayer-stress] [commands per run]
 set -euo pipefail
 stress=${1:-build/release/bench/memlayer-stress}

@@ -24,6 +24,9 @@
 # rebuilds only what changed (seconds). So a clean clone of an unchanged
 # commit builds nothing, and a fresh machine builds everything.
 #
+# Old folders stay until removed: `./memlayer cache` lists them, `./memlayer
+# cache prune` removes those no build used lately (pocl-cache.sh).
+#
 # Environment: MEMLAYER_CACHE (default ~/.cache/memlayer), JOBS (default 2),
 # POCL_TARBALL (3.1; default /usr/src/pocl.tar.xz), POCL71_TARBALL (7.1; no
 # default: PoCL's v7.1 release tarball, pocl-7.1.tar.xz), POCL71_LLVM_CONFIG
@@ -145,6 +148,9 @@ if [ ! -d "$dir/src" ]; then
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
 fi
+# When a build last used this folder: ./memlayer cache (pocl-cache.sh)
+# prunes folders no build used for a while.
+touch "$dir/last-used"
 
 # Sync a file into the tree only when its content differs, so make sees
 # unchanged files as unchanged.

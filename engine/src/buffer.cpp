@@ -70,9 +70,6 @@ void Buffer::drop_storage_events(Storage& s) {
   s = Storage{};
 }
 
-
-bool Buffer::host_finished(Event e) const { return engine_.host().finished(e); }
-
 bool Buffer::has_storage(Location at) const {
   std::lock_guard lock(mutex_);
   return at < storage_.size() && storage_[at].allocated;

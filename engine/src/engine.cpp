@@ -32,6 +32,7 @@ EngineStats Engine::stats() const noexcept {
   s.write_backs = counters_.write_backs.load();
   s.bytes_written_back = counters_.bytes_written_back.load();
   s.bytes_lost = counters_.bytes_lost.load();
+  s.compactions = counters_.compactions.load();
   return s;
 }
 

@@ -15,7 +15,6 @@ using migration::kHost;
 
 EnqueueError error(EnqueueError::Code code, std::string message) { return EnqueueError{code, std::move(message)}; }
 
-std::string where(Location loc) { return loc == kHost ? std::string("the host copy") : "location " + std::to_string(loc); }
 
 }  // namespace
 
@@ -24,6 +23,29 @@ Transaction::Transaction(Engine& engine, std::span<const BufferUse> uses, Locati
     : engine_(engine), host_(engine.host()), uses_(uses), at_(at), command_(command), out_(out),
       s_(*out.scratch_) {}
 
+Transaction::~Transaction() {
+  // Only when an exception left run() half-way (a broken invariant: nothing
+  // after the decision throws): no buffer stays locked, no copy unhandled.
+  unlock_all();
+  start_copies();
+}
+
+// What an exception that stopped the decision says, as the enqueue's error.
+// Every step before commit_all() changes nothing that fail() does not undo,
+// so any exception there (a host's, or the planner's logic_error) fails
+// the enqueue whole.
+EnqueueError Transaction::error_of_exception() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (const std::exception& e) {
+    return error(EnqueueError::Code::host_failed, std::string("the enqueue stopped on an exception: ") + e.what());
+  } catch (...) {
+    return error(EnqueueError::Code::host_failed, "the enqueue stopped on an exception of an unknown type");
+  }
+}
+
 std::optional<EnqueueError> Transaction::run() {
   std::optional<EnqueueError> failed;
   try {
@@ -31,20 +53,18 @@ std::optional<EnqueueError> Transaction::run() {
     out_.storage_.assign(uses_.size(), 0);
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
-    for (const EnqueueScratch::Group& g : s_.groups) {
-      if (failed) break;
-      if (!g.buffer->storage(at_).allocated) failed = place(*g.buffer, at_, false);
-    }
+    failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
     // The rest of commit_all()'s room (plan_all() made the storages'):
     // a wait per copy and per fence of the command's storage.
     if (!failed) migration::detail::reserve_more(out_.waits_, s_.copy_events.size() + fence_waits_);
-  } catch (const std::bad_alloc&) {
-    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (...) {
+    failed = error_of_exception();
   }
   if (failed) return fail(std::move(*failed));
   commit_all();  // allocates nothing: the plans, plan_all() and the reserve above made the room
+  dedupe_waits();
   release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
@@ -58,8 +78,8 @@ std::optional<EnqueueError> Transaction::run_place() {
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
     if (!failed) s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
-  } catch (const std::bad_alloc&) {
-    failed = error(EnqueueError::Code::host_out_of_memory, "no host memory for the engine's records");
+  } catch (...) {
+    failed = error_of_exception();
   }
   if (failed) return fail(std::move(*failed));
   release_all(s_.room_after);
@@ -156,6 +176,104 @@ bool Transaction::uses_buffer(const Buffer* b) const {
 
 // ---- storage and eviction -------------------------------------------------
 
+// Storage at the command's location for each of its buffers that has none
+// there, the largest first (a small one placed first may cut the hole a
+// large one needs). When that fails with the location full although the
+// command's buffers fit it together (exceeds_location()), the space is cut
+// up: compact().
+std::optional<EnqueueError> Transaction::place_all() {
+  s_.to_place.clear();
+  for (std::size_t i = 0; i < s_.groups.size(); ++i)
+    if (!s_.groups[i].buffer->storage(at_).allocated) s_.to_place.push_back(i);
+  if (s_.to_place.empty()) return std::nullopt;
+  if (auto too_big = exceeds_location()) return too_big;
+  auto failed = place_largest_first();
+  if (failed && failed->code == EnqueueError::Code::device_full && at_ != kHost) return compact(std::move(*failed));
+  return failed;
+}
+
+std::optional<EnqueueError> Transaction::place_largest_first() {
+  if (s_.to_place.size() > 1) {
+    std::stable_sort(s_.to_place.begin(), s_.to_place.end(), [&](std::size_t a, std::size_t b) {
+      return s_.groups[a].buffer->size() > s_.groups[b].buffer->size();
+    });
+  }
+  for (std::size_t i : s_.to_place)
+    if (auto failed = place(*s_.groups[i].buffer, at_, false)) return failed;
+  return std::nullopt;
+}
+
+// The location is full, nothing more can be evicted, yet the command's
+// buffers fit it together: its own buffers already there (and the storage
+// this enqueue placed) cut the free space into holes too small. They are
+// moved: this enqueue's new storage, empty still, is given back, the
+// command's resident buffers are evicted as any victim is (their bytes
+// valid nowhere else written back first: then the enqueue reports
+// device_busy, to be tried again once that is done), and every one is
+// placed again, the largest first, into the space that leaves; the plan
+// then brings their bytes back from where eviction left them. A buffer
+// that cannot move (mapped) fails the enqueue with `full`, the error
+// placement gave.
+std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
+  for (const EnqueueScratch::Placed& p : s_.placed) {
+    Storage& st = p.buffer->storage(p.at);
+    host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
+    p.buffer->drop_storage_events(st);
+  }
+  s_.placed.clear();
+  bool waiting = false;
+  for (const EnqueueScratch::Group& g : s_.groups) {
+    Buffer& b = *g.buffer;
+    Storage& st = b.storage(at_);
+    if (!st.allocated) continue;
+    if (!host_.can_evict(b.cookie(), at_)) return full;
+    // Content a queued writer's failure goes back to, held only here: moved
+    // once that writer has finished. Until then, and while a write-back
+    // saves the storage, the enqueue waits.
+    s_.after.clear();
+    b.versions_.undo_only_at_writers(at_, s_.after);
+    if (writing_back(b, st)) s_.after.insert(s_.after.end(), st.write_backs.begin(), st.write_backs.end());
+    if (!s_.after.empty()) {
+      wait_for_room(s_.after, Retain::batched);
+      waiting = true;
+      continue;
+    }
+    const Evicted e = evict(b, at_);
+    if (e == Evicted::nothing) return full;
+    waiting = waiting || e == Evicted::writing_back;
+  }
+  engine_.counters_.compactions.fetch_add(1, std::memory_order_relaxed);
+  if (waiting) {
+    return error(EnqueueError::Code::device_busy,
+                 host_.location_name(at_) + ": its free space is cut into holes too small for the command's " +
+                     "buffers; they are moved once their bytes are written back");
+  }
+  s_.to_place.clear();
+  for (std::size_t i = 0; i < s_.groups.size(); ++i) s_.to_place.push_back(i);
+  return place_largest_first();
+}
+
+// A command whose own buffers cannot fit its location together fails at
+// once: evicting others would move bytes for nothing, and waiting for room
+// (device_busy) would never end well.
+std::optional<EnqueueError> Transaction::exceeds_location() const {
+  if (at_ == kHost) return std::nullopt;
+  const std::uint64_t capacity = host_.capacity(at_);
+  std::uint64_t need = 0;
+  for (const EnqueueScratch::Group& g : s_.groups) need += std::min(g.buffer->size(), UINT64_MAX - need);
+  if (need <= capacity) return std::nullopt;
+  constexpr std::size_t kNamed = 8;
+  std::string sizes;
+  for (std::size_t i = 0; i < s_.groups.size() && i < kNamed; ++i)
+    sizes += (i == 0 ? "" : ", ") + std::to_string(s_.groups[i].buffer->size()) + "-byte";
+  if (s_.groups.size() > kNamed) sizes += ", ...";
+  const std::string n = std::to_string(s_.groups.size());
+  return error(EnqueueError::Code::device_full,
+               host_.location_name(at_) + ": the command's " + (s_.groups.size() == 1 ? "buffer needs " : n + " buffers need ") +
+                   std::to_string(need) + " bytes (" + sizes + "), more than the " + std::to_string(capacity) +
+                   " it can hold");
+}
+
 std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for_eviction) {
   Storage& st = b.storage(loc);
   if (st.allocated) return std::nullopt;
@@ -182,17 +300,17 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
     if (full && (!a.room_after.empty() || !s_.room_after.empty())) {
       s_.room_after.insert(s_.room_after.end(), a.room_after.begin(), a.room_after.end());  // for fail()
       return error(EnqueueError::Code::device_busy,
-                   where(loc) + ": no room for a " + std::to_string(b.size()) +
+                   host_.location_name(loc) + ": no room for a " + std::to_string(b.size()) +
                        "-byte buffer until queued commands finish with the storage evicted for it, or its bytes "
                        "are written back");
     }
     release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
       return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
-                   where(loc) + ": cannot place a " + std::to_string(b.size()) +
+                   host_.location_name(loc) + ": cannot place a " + std::to_string(b.size()) +
                        "-byte buffer and nothing more can be evicted" + (a.message.empty() ? "" : " (" + a.message + ")"));
     }
-    return error(EnqueueError::Code::host_failed, where(loc) + ": " + a.message);
+    return error(EnqueueError::Code::host_failed, host_.location_name(loc) + ": " + a.message);
   }
 }
 
@@ -220,33 +338,42 @@ bool Transaction::writing_back(Buffer& b, Storage& st) {
 
 // The buffer to evict from `loc`, among those with storage there that this
 // command does not use, no other thread holds and no write-back is saving:
-// one with nothing to write back first (its storage can go now), then one
-// whose bytes can be written back at once (its storage goes once they are:
-// a write-back that fails loses nothing), then one whose bytes are still
-// being made there (written back after them, its storage going at once:
-// that write-back failing loses them); within each, one nothing still uses
-// (its storage is reusable at once), then one whose storage no undo record
-// names (evicting that would lose the content a queued writer's failure
-// goes back to), then the least recently used. `clean_only`: only those
-// with nothing to write back. Returned locked. Never waits for a lock.
+// one whose storage holds no content only an unfinished writer's undo
+// record names (evicting it would lose what that writer's failure goes
+// back to) first; within those, one with nothing to write back (its
+// storage can go now), then one whose bytes can be written back at once
+// (its storage goes once they are: a write-back that fails loses nothing),
+// then one whose bytes are still being made there (written back after
+// them, its storage going at once: that write-back failing loses them);
+// within each, one nothing still uses (its storage is reusable at once),
+// then the least recently used. `clean_only`: only those with nothing to
+// write back and no undo content to lose (the enqueue waits for the
+// write-backs made so far instead). Returned locked. Never waits for a
+// lock; an exception (out of memory recording what to wait for) leaves
+// none locked.
 Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   using WriteBack = migration::RangeVersions::WriteBack;
   struct Rank {
+    bool loses_undo;
     WriteBack write_back;
-    bool idle, unpinned;
+    bool idle;
     std::uint64_t last_use;
     bool better_than(const Rank& o) const {
+      if (loses_undo != o.loses_undo) return !loses_undo;
       if (write_back != o.write_back) return write_back < o.write_back;
       if (idle != o.idle) return idle;
-      if (unpinned != o.unpinned) return unpinned;
       return last_use < o.last_use;
     }
   };
+  using Lock = std::unique_lock<detail::BufferLock>;
   Buffer* victim = nullptr;
+  Lock victim_lock;
   Rank best{};
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
-    if (uses_buffer(b) || !b->mutex_.try_lock()) continue;
+    if (uses_buffer(b)) continue;
+    Lock lock(b->mutex_, std::try_to_lock);
+    if (!lock) continue;
     const bool placed = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc);
     // One that a write-back (this enqueue's or another's) is saving: room
     // once that ends, so a failure waits for it (device_busy). Retained at
@@ -256,21 +383,17 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
     const bool candidate = placed && !saving;
     const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
-    if (!candidate || (clean_only && need != WriteBack::none)) {
-      b->mutex_.unlock();
-      continue;
-    }
+    const bool loses_undo = candidate && b->versions_.undo_only_at(loc);
+    if (!candidate || (clean_only && (need != WriteBack::none || loses_undo))) continue;
     const Storage& st = b->storage_[loc];
     const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
-    const Rank r{need, idle, idle || !b->versions_.undo_names(loc), st.last_use};
-    if (victim != nullptr && !r.better_than(best)) {
-      b->mutex_.unlock();
-      continue;
-    }
-    if (victim != nullptr) victim->mutex_.unlock();
+    const Rank r{loses_undo, need, idle, st.last_use};
+    if (victim != nullptr && !r.better_than(best)) continue;
     victim = b;
+    victim_lock = std::move(lock);  // the one before is unlocked
     best = r;
   }
+  victim_lock.release();  // evict_one() adopts it
   return victim;
 }
 
@@ -297,9 +420,15 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
       refs.begin(host);
     }
   } rebatch{*victim, s_.refs, host_};
+  return evict(*victim, loc);
+}
+
+// Evicts `victim` (locked, its references batched) from `loc`.
+Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
+  Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim->versions_.bytes_lost();
-  victim->versions_.plan_evict(loc, host_.cost_model(), plan);  // settles first: judge the bytes after it
+  plan_eviction(*victim, loc, plan);  // settles first: judge the bytes after it
   count_lost(victim->versions_.bytes_lost() - lost);
   const bool complete = std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
     return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
@@ -308,10 +437,11 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
     if (!write_back(*victim, loc, plan)) return Evicted::nothing;
     if (!victim->storage(loc).write_backs.empty()) return Evicted::writing_back;
     // The host made them synchronously: nothing is left to save.
-    victim->versions_.plan_evict(loc, host_.cost_model(), plan);
+    plan_eviction(*victim, loc, plan);
     if (!plan.copies.empty()) return Evicted::writing_back;
   }
   std::size_t first_event = s_.copy_events.size();
+  const std::size_t first_pending = s_.pending.size();
   if (!plan.copies.empty()) {
     const auto made = make_write_backs(*victim, plan, CopyKind::last_copy);
     if (!made) return Evicted::nothing;
@@ -324,9 +454,18 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) s_.after.push_back(s_.copy_events[i]);
   migration::detail::reserve_more(victim->storage(kHost).users, s_.copy_events.size() - first_event);
-  // Before commit_evict, which may drop the last references to plan.wait's events.
+  // Recorded before the storage goes: commit_evict() throws having changed
+  // nothing (then the write-backs made above are dropped, not started), and
+  // the references it drops are batched until `rebatch` ends, so the events
+  // free() is given stay alive.
+  try {
+    victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
+  } catch (...) {
+    for (std::size_t i = first_pending; i < s_.pending.size(); ++i) s_.pending[i].start = false;
+    s_.copy_events.resize(first_event);
+    throw;
+  }
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
-  victim->versions_.commit_evict(plan, std::span(s_.copy_events).subspan(first_event), loc);
   victim->drop_storage_events(st);
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
@@ -335,13 +474,23 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   return Evicted::freed;
 }
 
-// Makes the write-backs of `plan` (plan_evict's copies of the bytes of
+// What evicting `victim` from `loc` must write back: the bytes valid nowhere
+// else, and what a queued writer's failure would go back to, held only
+// there (its undo record's content).
+void Transaction::plan_eviction(Buffer& victim, Location loc, migration::Plan& plan) {
+  victim.versions_.plan_evict(loc, host_.cost_model(), plan);
+  victim.versions_.plan_undo_write_backs(loc, plan);
+}
+
+// Makes the write-backs of `plan` (plan_eviction's copies of the bytes of
 // `victim` valid nowhere else, to its host copy, placed here if need be).
 // They start with this enqueue's copies, whatever becomes of it: the caller
 // commits them at once. Returns the index of their first event in
 // s_.copy_events; nullopt when one could not be made (none starts then).
 std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind) {
   if (place(victim, kHost, true)) return std::nullopt;
+  const auto undo = std::count_if(plan.copies.begin(), plan.copies.end(), [](const migration::Copy& c) { return c.undo; });
+  migration::detail::reserve_more(victim.storage(kHost).fences, static_cast<std::size_t>(undo));  // fence_host()'s
   const std::size_t first = s_.pending.size(), first_event = s_.copy_events.size();
   for (const migration::Copy& c : plan.copies) {
     if (!create_copy(victim, c, first_event, kind)) {
@@ -350,8 +499,29 @@ std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const m
     }
   }
   for (std::size_t i = first; i < s_.pending.size(); ++i) s_.pending[i].start = true;
+  fence_host(victim, plan, first_event);
   count_write_back(plan);
   return first_event;
+}
+
+// A write-back of undo content writes host bytes that no version holds
+// (migration::RangeVersions::plan_undo_write_backs()): whatever writes the
+// host copy later (a copy into it, a command there) waits for it, as for
+// a fence of storage placed over evicted storage. Fences that ended go
+// first, so the list holds only unfinished ones.
+void Transaction::fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event) {
+  Storage& host = victim.storage(kHost);
+  std::erase_if(host.fences, [&](Event f) {
+    if (!host_.finished(f)) return false;
+    drop(f);
+    return true;
+  });
+  for (std::size_t i = 0; i < plan.copies.size(); ++i) {
+    const Event e = s_.copy_events[first_event + i];
+    if (!plan.copies[i].undo || e == nullptr) continue;
+    host.fences.push_back(e);  // room made in make_write_backs()
+    hold(e);
+  }
 }
 
 // Writes back the bytes of `victim` at `loc` valid nowhere else, keeping the
@@ -404,11 +574,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
   std::size_t kept = 0;
   for (EnqueueScratch::Group& g : s_.groups) {
     const std::uint64_t lost = g.buffer->versions_.bytes_lost();
-    try {
-      g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
-    } catch (const std::logic_error& e) {
-      return error(EnqueueError::Code::host_failed, e.what());
-    }
+    g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
     // commit_all()'s room in the storages: a user per copy and the command.
@@ -426,7 +592,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
           if (auto failed = place(*g.buffer, kHost, false)) return failed;
         } else if (!g.buffer->storage(end).allocated) {
           return error(EnqueueError::Code::host_failed,
-                       "the planner chose " + where(end) + ", where the buffer has no storage");
+                       "the planner chose " + host_.location_name(end) + ", where the buffer has no storage");
         }
         migration::detail::reserve_more(g.buffer->storage(end).users, users);
       }
@@ -445,8 +611,8 @@ std::optional<EnqueueError> Transaction::create_copies() {
     for (const migration::Copy& c : plan_of(g).copies) {
       if (!create_copy(*g.buffer, c, g.first_copy, CopyKind::for_command)) {
         return error(EnqueueError::Code::host_out_of_memory,
-                     "could not create a copy of " + std::to_string(c.size) + " bytes from " + where(c.src) +
-                         " to " + where(c.dst));
+                     "could not create a copy of " + std::to_string(c.size) + " bytes from " + host_.location_name(c.src) +
+                         " to " + host_.location_name(c.dst));
       }
     }
   }
@@ -465,7 +631,10 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   migration::detail::reserve_more(s_.copy_events, 1);
   for (Event e : c.wait) add_dep(e, first_dep);
   if (c.after >= 0) add_dep(s_.copy_events[first_copy + static_cast<std::size_t>(c.after)], first_dep);
-  for (Event f : b.storage(c.dst).fences) add_dep(f, first_dep);
+  // Fences only order: one that ended (a failed undo write-back too,
+  // fence_host()) is nothing to wait for.
+  for (Event f : b.storage(c.dst).fences)
+    if (!host_.finished(f)) add_dep(f, first_dep);
   const std::size_t dep_count = s_.deps.size() - first_dep;
   s_.also.clear();
   c.also.for_each([&](Location l) {
@@ -489,9 +658,9 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   CopyHandle h;
   try {
     h = host_.create_copy(req);
-  } catch (const std::bad_alloc&) {
+  } catch (...) {
     drop_deps();  // held for a copy that does not exist
-    throw;        // out of host memory, as it is
+    throw;        // the enqueue fails with it (error_of_exception)
   }
   if (h.completed || h.event == nullptr) {
     drop_deps();
@@ -551,7 +720,7 @@ void Transaction::rollback() {
 // Starts the copies whose effects were committed and drops the others, then
 // the references their dependency lists held. No engine lock is held: a
 // dropped copy may hold the last reference to a buffer.
-void Transaction::start_copies() {
+void Transaction::start_copies() noexcept {
   for (EnqueueScratch::Pending& p : s_.pending) {
     const auto deps = std::span(s_.deps).subspan(p.first_dep, p.dep_count);
     if (p.start) host_.submit_copy(std::move(p.copy), deps);
@@ -572,10 +741,32 @@ void Transaction::add_dep(Event e, std::size_t from) {
   hold(e);
 }
 
+// A short list is searched; a long one (a writer after many queued
+// readers) takes the event as it comes and is sorted once, by
+// dedupe_waits(), so that a writer's cost grows with its waits, not with
+// their square.
 void Transaction::add_new_wait(Event e) {
-  if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  constexpr std::size_t kSearched = 32;
+  if (out_.waits_.size() < kSearched) {
+    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+  } else {
+    waits_unsearched_ = true;
+  }
   out_.waits_.push_back(e);  // first: out of memory, nothing is held
   hold(e);
+}
+
+void Transaction::dedupe_waits() noexcept {
+  if (!waits_unsearched_) return;
+  std::vector<Event>& w = out_.waits_;
+  std::sort(w.begin(), w.end());
+  auto kept = w.begin();
+  for (auto it = w.begin(); it != w.end(); ++it) {
+    if (kept != w.begin() && *(kept - 1) == *it) drop(*it);  // the reference add_new_wait() took twice
+    else *kept++ = *it;
+  }
+  w.erase(kept, w.end());
+  waits_unsearched_ = false;
 }
 
 void Transaction::count_lost(std::uint64_t bytes) {

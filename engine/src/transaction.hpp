@@ -51,6 +51,7 @@ struct EnqueueScratch {
   std::vector<Event> deps;
   std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
+  std::vector<std::size_t> to_place;  // groups whose storage Transaction::place_all() places
   std::vector<Event> after;       // scratch for Host::free
   std::vector<Event> room_after;  // what a device_busy failure waits for, retained
   RefBatch refs;                  // active while buffers are locked
@@ -59,6 +60,9 @@ struct EnqueueScratch {
 class Transaction {
  public:
   Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out);
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
   std::optional<EnqueueError> run();
   /// Only places storage (Engine::place).
   std::optional<EnqueueError> run_place();
@@ -66,18 +70,26 @@ class Transaction {
  private:
   using Storage = Buffer::Storage;
 
+  static EnqueueError error_of_exception();  // called in a catch block
   void group_uses();
   void lock_all();
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
+  std::optional<EnqueueError> place_all();
+  std::optional<EnqueueError> place_largest_first();  // s_.to_place
+  std::optional<EnqueueError> compact(EnqueueError full);
+  [[nodiscard]] std::optional<EnqueueError> exceeds_location() const;
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
+  Evicted evict(Buffer& victim, Location loc);
   Buffer* pick_victim(Location loc, bool clean_only);
   // What a copy is for (CopyRequest::write_back, CopyRequest::last_copy).
   enum class CopyKind : std::uint8_t { for_command, write_back, last_copy };
+  void plan_eviction(Buffer& victim, Location loc, migration::Plan& plan);
   std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind);
+  void fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
   enum class Retain : std::uint8_t { now, batched };
@@ -88,7 +100,7 @@ class Transaction {
   void commit_all();
   [[nodiscard]] const migration::Plan& plan_of(const EnqueueScratch::Group& g) const;
   void rollback();
-  void start_copies();
+  void start_copies() noexcept;
 
   void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
   // To out.waits, retained, once. Most often the wait just added (a
@@ -98,6 +110,7 @@ class Transaction {
     add_new_wait(e);
   }
   void add_new_wait(Event e);
+  void dedupe_waits() noexcept;  // what add_new_wait() did not search
   void release_all(std::vector<Event>& events) noexcept;  // and clears them
   // One reference more or less: batched while buffers are locked.
   void hold(Event e) noexcept;
@@ -118,6 +131,7 @@ class Transaction {
   std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
+  bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
 };
 
 }  // namespace memlayer::engine

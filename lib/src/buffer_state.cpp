@@ -19,7 +19,7 @@ BufferState::BufferState(std::shared_ptr<ContextState> context, std::uint64_t si
       id_(context_->next_buffer_id.fetch_add(1, std::memory_order_relaxed)),
       size_(size),
       flags_(flags),
-      device_blocks_(context_->by_location.size()),
+      device_storage_(context_->by_location.size()),
       tracked(context_->engine, this, size, has_host_content(flags)) {
   if ((flags & mem::kUseHostPtr) != 0) {
     host_ = static_cast<std::byte*>(user_host_ptr);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "event_state.hpp"
 #include "memlayer/bufalloc/region.hpp"
 #include "memlayer/engine/engine.hpp"
 
@@ -34,11 +35,17 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   std::byte* host();
   bool has_host() const { return host_ != nullptr; }
 
-  /// The allocator's handle for this buffer's storage at device location
-  /// `at`, kept so that freeing it needs no address lookup. Only
-  /// EngineHost::allocate() and free() use it, which the engine calls with
-  /// this buffer locked; each location has its own slot.
-  bufalloc::BlockHandle& device_block(engine::Location at) { return device_blocks_[at]; }
+  /// This buffer's storage at one device location, as EngineHost::allocate()
+  /// made it for free() to give back: the allocator's handle (freeing needs
+  /// no address lookup) and the fence free() quarantines it with while
+  /// users are still queued, made with the storage (free() must not fail).
+  struct DeviceStorage {
+    bufalloc::BlockHandle block;
+    std::shared_ptr<CommandNode> fence;
+  };
+  /// Only EngineHost::allocate() and free() use it, which the engine calls
+  /// with this buffer locked; each location has its own slot.
+  DeviceStorage& device_storage(engine::Location at) { return device_storage_[at]; }
 
  private:
   struct FreeDeleter {
@@ -51,7 +58,7 @@ class BufferState : public std::enable_shared_from_this<BufferState> {
   std::unique_ptr<std::byte, FreeDeleter> owned_;
   // One slot per location of the context (ContextState::by_location); before
   // `tracked`, so it outlives the frees that read it.
-  std::vector<bufalloc::BlockHandle> device_blocks_;
+  std::vector<DeviceStorage> device_storage_;
 
  public:
   /// Last, so it goes first: its storage is handed back while the host copy

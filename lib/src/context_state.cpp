@@ -1,5 +1,7 @@
 #include "context_state.hpp"
 
+#include <algorithm>
+#include <new>
 #include <string>
 
 #include "scheduler.hpp"
@@ -12,7 +14,12 @@ using migration::kHost;
 using migration::Location;
 using EventPtr = std::shared_ptr<EventState>;
 
-void append(std::vector<EventPtr>& to, const std::vector<EventPtr>& from) { to.insert(to.end(), from.begin(), from.end()); }
+// Room for one more element: grows geometrically (one element at a time
+// would copy the list at every enqueue).
+template <class T>
+void room_for_one(std::vector<T>& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<std::size_t>(8, 2 * v.size()));
+}
 
 Status to_status(const engine::EnqueueError& e) {
   switch (e.code) {
@@ -24,30 +31,63 @@ Status to_status(const engine::EnqueueError& e) {
   return Status::error(cl::kMemObjectAllocationFailure, e.message);
 }
 
+// How many events queue order makes the next command wait for.
+std::size_t order_count(const QueueState& q, bool barrier) {
+  if (!q.out_of_order) return q.last ? 1 : 0;
+  return (q.barrier ? 1 : 0) + (barrier ? q.since_barrier.size() : 0);
+}
+
+// The room order_in_queue() needs, and `engine_waits` for the engine's
+// waits: made before the engine commits.
+void make_room_in_queue(QueueState& q, bool barrier, CommandNode& node, std::size_t engine_waits) {
+  reserve_deps(node, order_count(q, barrier) + engine_waits);
+  if (q.out_of_order && !barrier) room_for_one(q.since_barrier);
+  room_for_one(q.outstanding);
+}
+
 // Queue order is order only: a command that failed does not fail the next
 // one in its queue (only its wait list, and the bytes it was to write).
-void order_in_queue(QueueState& q, bool barrier, const EventPtr& event, std::vector<EventPtr>& deps) {
+// Allocates nothing: make_room_in_queue() made the room.
+void order_in_queue(QueueState& q, bool barrier, CommandNode& node) noexcept {
+  const EventPtr& event = node.event;
   if (!q.out_of_order) {
-    if (q.last) deps.push_back(q.last);
+    add_dep(node, q.last, false);
     q.last = event;
   } else if (barrier) {
-    append(deps, q.since_barrier);
-    if (q.barrier) deps.push_back(q.barrier);
+    for (const EventPtr& e : q.since_barrier) add_dep(node, e, false);
+    add_dep(node, q.barrier, false);
     q.barrier = event;
     q.since_barrier.clear();
   } else {
-    if (q.barrier) deps.push_back(q.barrier);
+    add_dep(node, q.barrier, false);
     q.since_barrier.push_back(event);
   }
-  if (q.outstanding.size() >= 64)
+  // The ended go once the list has doubled since: each enqueue pays O(1).
+  if (q.outstanding.size() >= q.prune_outstanding_at) {
     std::erase_if(q.outstanding, [](const EventPtr& e) { return e->status() <= cl::kComplete; });
+    q.prune_outstanding_at = std::max<std::size_t>(64, 2 * q.outstanding.size());
+  }
   q.outstanding.push_back(event);
 }
 
-// Per thread, so an enqueue allocates nothing once warm.
+// The engine's waits, once it has committed the command: enqueue() made
+// room for about one per use; a longer list takes more room now, and
+// without memory for it the command cannot be wired: false.
+bool add_engine_waits(CommandNode& node, std::span<const engine::Event> waits, std::size_t order) noexcept {
+  if (deps_room(node) < waits.size() + order) {
+    try {
+      reserve_deps(node, waits.size() + order);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
+  for (engine::Event e : waits) add_dep(node, static_cast<EventState*>(e)->shared_from_this(), true);
+  return true;
+}
+
+// Per thread, so an enqueue allocates nothing in it once warm.
 struct Scratch {
   std::vector<engine::BufferUse> uses;
-  std::vector<Target> targets;
   engine::Submission submission;
 };
 thread_local Scratch t_scratch;
@@ -91,16 +131,32 @@ ContextState::~ContextState() {
 // enqueue instead.
 constexpr int kRoomTries = 8;
 
-Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait) {
+// Room, beyond the wait list and queue order, for the engine's waits: one
+// per use (its last writer or copy) and a few more (fences, readers). A
+// longer list is made room for after the commit (add_engine_waits).
+constexpr std::size_t kSpareDeps = 2;
+
+Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait) noexcept {
+  try {
+    return enqueue_or_throw(queue, std::move(spec), wait);
+  } catch (const std::bad_alloc&) {
+    return out_of_host_memory("enqueue");  // thrown before the engine committed anything
+  }
+}
+
+Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec, std::span<const Event> wait) {
   for (const Event& e : wait) {
     if (!e.valid()) return Status::error(cl::kInvalidEventWaitList, "the wait list holds an empty event");
   }
-  auto node = make_node(spec.device, nullptr);
-  std::vector<EventPtr> deps;
-  for (const Event& e : wait) deps.push_back(e.state());
+  auto node = make_node(spec.device, std::move(spec.work));
+  node->targets.resize(spec.uses.size());
+  node->keep_alive.reserve(spec.uses.size());
+  // Queue order adds one more (in-order) or a few: try_enqueue() sees.
+  reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps + 1);
+  for (const Event& e : wait) add_dep(*node, e.state(), true);
   const auto deadline = std::chrono::steady_clock::now() + room_wait;
   for (int attempt = 1;; ++attempt) {
-    if (auto done = try_enqueue(queue, spec, node, deps, attempt == kRoomTries)) return std::move(*done);
+    if (auto done = try_enqueue(queue, spec, node, attempt == kRoomTries)) return std::move(*done);
     engine::Submission& sub = t_scratch.submission;
     bool came = true;
     for (engine::Event e : sub.waits()) came = came && static_cast<EventState*>(e)->wait_until(deadline);
@@ -115,14 +171,14 @@ Result<Event> ContextState::enqueue(QueueState& queue, CommandSpec spec, std::sp
 }
 
 std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const CommandSpec& spec,
-                                                       const std::shared_ptr<CommandNode>& node,
-                                                       std::vector<EventPtr> deps, bool last_try) {
-  std::vector<EventPtr> order;
+                                                       const std::shared_ptr<CommandNode>& node, bool last_try) {
   Scratch& sc = t_scratch;
+  bool wired = true;
   {
     // Queue order and buffer-version order must agree, or two threads on
     // one queue could each wait for the other: the queue lock comes first.
     std::lock_guard queue_lock(queue.mutex);
+    make_room_in_queue(queue, spec.barrier, *node, spec.uses.size() + kSpareDeps);
     if (!spec.uses.empty()) {
       sc.uses.clear();
       for (const BufferUse& u : spec.uses) sc.uses.push_back({&u.parent->tracked, u.use});
@@ -131,23 +187,30 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
         sc.submission.clear();
         return Result<Event>(to_status(*failed));
       }
-      for (engine::Event e : sc.submission.waits()) deps.push_back(static_cast<EventState*>(e)->shared_from_this());
-      sc.targets.clear();
-      for (std::size_t i = 0; i < spec.uses.size(); ++i) {
-        Target t;
-        t.address = sc.submission.storage()[i] + spec.uses[i].use.offset;
-        if (spec.at == kHost) t.host = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(t.address));
-        sc.targets.push_back(t);
+      // Committed: the command is a writer or reader of its ranges and a
+      // user of its storage. Nothing below allocates (the room was made
+      // above and in enqueue()) but a long list of waits.
+      wired = add_engine_waits(*node, sc.submission.waits(), order_count(queue, spec.barrier));
+      for (std::size_t i = 0; wired && i < spec.uses.size(); ++i) {
+        node->targets[i].address = sc.submission.storage()[i] + spec.uses[i].use.offset;
         node->keep_alive.push_back(spec.uses[i].parent);
       }
-      if (spec.make_work) node->work = spec.make_work(sc.targets);
     }
-    order_in_queue(queue, spec.barrier, node->event, order);
+    if (wired) order_in_queue(queue, spec.barrier, *node);
   }
   sc.submission.clear();
+  if (!wired) {
+    // It cannot run without all its waits: it fails without having started
+    // (the engine undoes a command that failed so: doc/engine.md), and
+    // whatever waits for it fails or goes on as for any failed command.
+    const char* what = "enqueue: wiring the command after the engine placed it";
+    Status s = out_of_host_memory(what);
+    finish(node->event, s.code, std::move(s.message));
+    return Result<Event>(out_of_host_memory(what));
+  }
   // Submitting may run work-less nodes and user callbacks on this thread:
   // never under a memlayer lock.
-  submit(node, deps, order);
+  submit(node);
   return Result<Event>(Event(node->event));
 }
 

@@ -19,12 +19,6 @@
 
 namespace memlayer::runtime::detail {
 
-/// Where a command finds one of its buffer uses at run time.
-struct Target {
-  DeviceAddress address = 0;  // in the command's device (a host pointer on host-memory devices)
-  std::byte* host = nullptr;  // in the host copy, when the command runs at the host location
-};
-
 struct BufferUse {
   std::shared_ptr<BufferState> parent;
   migration::Use use;
@@ -34,8 +28,10 @@ struct CommandSpec {
   std::vector<BufferUse> uses;
   migration::Location at = migration::kHost;  // where the uses must be valid
   DeviceState* device = nullptr;              // whose workers run the work (nullptr: no work)
-  /// Builds the work once the uses have their storage; empty: no work.
-  std::function<std::function<Status()>(std::span<const Target>)> make_work;
+  /// The work, given where the uses' storage is (a Target per use, in
+  /// order); empty: no work. Made before the enqueue: nothing the engine
+  /// commits may wait for an allocation still to be made.
+  Work work;
   bool barrier = false;  // marker/barrier semantics in an out-of-order queue
 };
 
@@ -49,6 +45,7 @@ struct QueueState {
   std::shared_ptr<EventState> barrier;                    // out-of-order: the last barrier
   std::vector<std::shared_ptr<EventState>> since_barrier; // out-of-order: commands after it
   std::vector<std::shared_ptr<EventState>> outstanding;   // for finish()
+  std::size_t prune_outstanding_at = 64;                  // its size when the ended go next
   std::vector<std::pair<void*, Buffer>> mappings;         // live maps: pointer -> buffer
 };
 
@@ -80,15 +77,20 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   std::string location_name(migration::Location at) const;
 
   /// The one enqueue path: the engine places, plans and copies; this adds
-  /// the queue's order and starts the command. All or nothing.
-  Result<Event> enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
+  /// the queue's order and starts the command. All or nothing, out of host
+  /// memory too: everything the command needs once the engine has
+  /// committed it is made before (its node, the room for its dependencies
+  /// and in the queue's lists), so the command either is not enqueued
+  /// (kOutOfHostMemory) or will run or fail; it never hangs what waits for
+  /// it. Never throws std::bad_alloc.
+  Result<Event> enqueue(QueueState& queue, CommandSpec spec, std::span<const Event> wait) noexcept;
 
  private:
+  Result<Event> enqueue_or_throw(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
   // One try of enqueue(): nullopt when the device had no room yet
   // (engine device_busy), with what to wait for in `sc`'s submission.
   std::optional<Result<Event>> try_enqueue(QueueState& queue, const CommandSpec& spec,
-                                           const std::shared_ptr<CommandNode>& node,
-                                           std::vector<std::shared_ptr<EventState>> deps, bool last_try);
+                                           const std::shared_ptr<CommandNode>& node, bool last_try);
 };
 
 }  // namespace memlayer::runtime::detail

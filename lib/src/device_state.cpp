@@ -21,6 +21,9 @@ DeviceState::DeviceState(std::unique_ptr<DeviceDriver> driver, migration::Locati
 
 DeviceState::~DeviceState() {
   stop();
+  // Nodes pushed after stop() go one at a time: a chain dropped whole would
+  // recurse as deep as it is long.
+  while (first_ != nullptr) first_ = std::move(first_->next_ready);
   memory.reset();  // before the driver goes: it takes the segments back
 }
 
@@ -34,10 +37,12 @@ void DeviceState::stop() {
     if (t.joinable()) t.join();
 }
 
-void DeviceState::push(std::shared_ptr<CommandNode> node) {
+void DeviceState::push(std::shared_ptr<CommandNode> node) noexcept {
   {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back(std::move(node));
+    CommandNode* added = node.get();
+    (last_ != nullptr ? last_->next_ready : first_) = std::move(node);
+    last_ = added;
   }
   queue_cv_.notify_one();
 }
@@ -49,10 +54,11 @@ void DeviceState::worker_loop(unsigned index) {
     std::shared_ptr<CommandNode> node;
     {
       std::unique_lock lock(queue_mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      node = std::move(queue_.front());
-      queue_.pop_front();
+      queue_cv_.wait(lock, [&] { return stopping_ || first_ != nullptr; });
+      if (first_ == nullptr) return;  // stopping, and nothing left
+      node = std::move(first_);
+      first_ = std::move(node->next_ready);
+      if (first_ == nullptr) last_ = nullptr;
     }
     run(node);
   }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -37,8 +36,9 @@ class DeviceState {
   migration::Location location() const { return location_; }
   bool shares_host_memory() const { return driver_->info().shares_host_memory; }
 
-  /// Hands a ready node to the workers.
-  void push(std::shared_ptr<CommandNode> node);
+  /// Hands a ready node to the workers. Allocates nothing (the queue runs
+  /// through CommandNode::next_ready): a committed command is never lost.
+  void push(std::shared_ptr<CommandNode> node) noexcept;
 
   // Global memory, guarded by the mutex. The destructor drops it before the
   // driver: it gives its segments back to the driver.
@@ -52,7 +52,8 @@ class DeviceState {
   migration::Location location_;
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<CommandNode>> queue_;
+  std::shared_ptr<CommandNode> first_;  // the ready nodes, oldest first, through next_ready
+  CommandNode* last_ = nullptr;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };

@@ -21,6 +21,16 @@ EventState* state(engine::Event e) { return static_cast<EventState*>(e); }
 
 std::byte* host_bytes(engine::StorageHandle h) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(h)); }
 
+// The dependencies a storage's fence has room for when allocate() makes it
+// (free(): its users still queued, the write-backs reading it out).
+constexpr std::size_t kFenceRoom = 4;
+
+// How many of `events` have not ended.
+std::size_t count_pending(std::span<const engine::Event> events) {
+  return static_cast<std::size_t>(
+      std::count_if(events.begin(), events.end(), [](engine::Event e) { return state(e)->status() > cl::kComplete; }));
+}
+
 // A hidden migration's transfer is tried this many times from each source
 // before the next is tried: a fault is often transient, and a transfer
 // writes its whole destination range, so trying again is harmless.
@@ -44,11 +54,11 @@ Status transfer(const ContextState& ctx, engine::Location src, engine::StorageHa
 // ContextOptions::room_wait has passed since its first try: giving up loses
 // the bytes. The error of the last try, naming the buffer and the range,
 // when none succeeds.
-std::function<Status()> copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t buffer_id) {
+Work copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t buffer_id) {
   std::vector<engine::CopySource> sources{{r.src, r.src_storage}};
   sources.insert(sources.end(), r.also.begin(), r.also.end());
   return [&ctx, sources = std::move(sources), dst = r.dst, to = r.dst_storage, offset = r.offset, n = r.size,
-          last_copy = r.last_copy, buffer_id] {
+          last_copy = r.last_copy, buffer_id](std::span<const Target>) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point give_up = Clock::now() + ctx.room_wait;
     std::chrono::milliseconds pause{1};
@@ -98,6 +108,9 @@ engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::
     return a;
   }
   DeviceState& dev = *context_.by_location[at];
+  // What free() needs is made with the storage: free() must not fail.
+  auto fence = make_node(nullptr, nullptr);
+  reserve_deps(*fence, kFenceRoom);
   std::lock_guard mem(dev.memory_mutex);
   if (!dev.memory->usable()) {
     a.message = dev.info().name + ": no global memory";
@@ -111,48 +124,73 @@ engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::
   }
   const bufalloc::BlockHandle& block = r.value();
   if (Status s = dev.driver().on_allocate(block.address, size); !s.ok()) {
-    dev.memory->free(block);
+    dev.memory->free(block, false);
     a.message = dev.info().name + ": " + s.message;
     return a;
   }
+  try {
+    // Placed over storage an eviction freed, maybe still being read out?
+    for (const auto& f : dev.memory->fences_over(block.address, size)) a.fences.push_back(f.get());
+    dev.memory->promise_quarantine();
+  } catch (const std::bad_alloc&) {
+    dev.driver().on_free(block.address, size);
+    dev.memory->free(block, false);
+    throw;  // the engine's enqueue fails: host_out_of_memory
+  }
+  // The quarantine holds them (under the memory lock): the references the engine takes over.
+  for (engine::Event f : a.fences) state(f)->planner_retain(1);
   // The engine keeps only the address; the handle stays with the buffer for free().
-  static_cast<BufferState*>(cookie)->device_block(at) = block;
+  static_cast<BufferState*>(cookie)->device_storage(at) = {block, std::move(fence)};
   a.outcome = Outcome::ok;
   a.handle = block.address;
-  // Placed over storage an eviction freed, maybe still being read out?
-  for (const auto& fence : dev.memory->fences_over(block.address, size)) {
-    fence->planner_retain(1);  // the reference the engine takes over
-    a.fences.push_back(fence.get());
-  }
   return a;
 }
 
+// Must not fail (host.hpp), and allocates nothing as long as at most
+// kFenceRoom events of `after` are unfinished: allocate() made the fence and
+// its room in the quarantine. With more, the fence needs more room; without
+// memory for it, the storage stays allocated, unused, until the context
+// goes: correct (nothing is placed over bytes still being used), and it
+// costs only that storage's room.
 void EngineHost::free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,
                       std::span<const engine::Event> after) noexcept {
   if (at == kHost) return;  // the host copy is the BufferState's own
   DeviceState& dev = *context_.by_location[at];
-  // allocate() kept the handle of `storage` (its address) in the buffer.
-  const bufalloc::BlockHandle block = std::exchange(static_cast<BufferState*>(cookie)->device_block(at), {});
-  std::vector<std::shared_ptr<EventState>> pending;
-  for (engine::Event e : after)
-    if (state(e)->status() > cl::kComplete) pending.push_back(state(e)->shared_from_this());
-  std::shared_ptr<CommandNode> fence;
+  // allocate() kept the handle of `storage` (its address) and its fence in the buffer.
+  auto [block, fence] = std::exchange(static_cast<BufferState*>(cookie)->device_storage(at), {});
+  bool room = true;
+  if (const std::size_t pending = count_pending(after); pending == 0) {
+    fence.reset();
+  } else if (deps_room(*fence) < pending) {
+    try {
+      reserve_deps(*fence, pending);
+    } catch (const std::bad_alloc&) {
+      room = false;
+    }
+  }
+  if (fence && room) {
+    // Its users failing frees the storage as well: the fence only orders (a
+    // failed fence would fail whatever is placed over the storage next).
+    for (engine::Event e : after)
+      if (state(e)->status() > cl::kComplete) add_dep(*fence, state(e)->shared_from_this(), false);
+  }
   {
     std::lock_guard mem(dev.memory_mutex);
+    if (!room) {
+      dev.memory->forgo_quarantine();
+      return;
+    }
     dev.driver().on_free(storage, size);  // before the heap may hand the segment back
-    if (pending.empty()) {
-      dev.memory->free(block);
-    } else {
+    if (fence) {
       // Quarantined: whatever is placed over it waits for the fence.
-      fence = make_node(nullptr, nullptr);
       dev.memory->free_after(block, size, fence->event);
+    } else {
+      dev.memory->free(block, true);
     }
   }
   // Work-less, and nothing waits on it yet: it can only complete, here or on
-  // the thread that finishes its last dependency. Its users failing frees
-  // the storage as well: the fence only orders (a failed fence would fail
-  // whatever is placed over the storage next).
-  if (fence) submit(fence, {}, pending);
+  // the thread that finishes its last dependency.
+  if (fence) submit(fence);
 }
 
 engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
@@ -162,6 +200,7 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
   try {
     const engine::Location runner = r.src == kHost ? r.dst : (r.dst == kHost ? r.src : r.dst);
     auto node = make_node(context_.by_location[runner], copy_work(context_, r, buffer->id()));
+    reserve_deps(*node, r.after.size());  // submit_copy() must not fail
     node->keep_alive.push_back(std::move(buffer));
     engine::CopyHandle h;
     h.event = node->event.get();
@@ -172,16 +211,26 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
   }
 }
 
-void EngineHost::submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) {
+// Allocates nothing: `deps` are the request's `after` (host.hpp), which
+// create_copy() made room for.
+void EngineHost::submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) noexcept {
   auto node = std::static_pointer_cast<CommandNode>(std::move(copy.host_data));
-  std::vector<std::shared_ptr<EventState>> states;
-  states.reserve(deps.size());
-  for (engine::Event e : deps) states.push_back(state(e)->shared_from_this());
-  submit(node, states);
+  for (engine::Event e : deps) add_dep(*node, state(e)->shared_from_this(), true);
+  submit(node);
 }
 
 void EngineHost::discard_copy(engine::CopyHandle copy) noexcept { copy.host_data.reset(); }
 
 const migration::CostModel& EngineHost::cost_model() const noexcept { return context_.cost; }
+
+std::string EngineHost::location_name(engine::Location at) const {
+  return at == kHost ? std::string("the host copy") : context_.location_name(at);
+}
+
+// What the driver lets memlayer allocate (DeviceInfo::global_mem_size),
+// arena or native allocator alike.
+std::uint64_t EngineHost::capacity(engine::Location at) const noexcept {
+  return at == kHost ? UINT64_MAX : context_.by_location[at]->info().global_mem_size;
+}
 
 }  // namespace memlayer::runtime::detail

@@ -24,10 +24,12 @@ class EngineHost final : public engine::Host {
             std::span<const engine::Event> after) noexcept override;
 
   engine::CopyHandle create_copy(const engine::CopyRequest& request) override;
-  void submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) override;
+  void submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) noexcept override;
   void discard_copy(engine::CopyHandle copy) noexcept override;
 
   [[nodiscard]] const migration::CostModel& cost_model() const noexcept override;
+  [[nodiscard]] std::uint64_t capacity(engine::Location at) const noexcept override;
+  [[nodiscard]] std::string location_name(engine::Location at) const override;
 
  private:
   ContextState& context_;

@@ -1,5 +1,7 @@
 #include "event_state.hpp"
 
+#include <utility>
+
 #include "scheduler.hpp"
 
 namespace memlayer::runtime::detail {
@@ -12,8 +14,20 @@ migration::EventStatus EventState::outcome() const {
                                                    : migration::EventStatus::cancelled;
 }
 
+EventState::~EventState() {
+  // Only an event nothing can end any more has waiters here: they never run.
+  for (WaitLink* link = waiters_; link != nullptr;) {
+    WaitLink* next = link->next;  // the link goes with its node
+    link->node.reset();
+    link = next;
+  }
+}
+
 std::string EventState::message() const {
   std::lock_guard lock(mutex_);
+  // finish() had no memory to say which dependency failed.
+  if (message_.empty() && status_ == cl::kExecStatusErrorForEventsInWaitList)
+    return "a command it depends on failed (no host memory was left to say which)";
   return message_;
 }
 
@@ -33,10 +47,13 @@ bool EventState::wait_until(std::chrono::steady_clock::time_point deadline) {
   return ended_.wait_until(lock, deadline, [&] { return status_ <= cl::kComplete; });
 }
 
-std::optional<int> EventState::add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate) {
+std::optional<int> EventState::add_waiter(WaitLink& link, const std::shared_ptr<CommandNode>& node) noexcept {
   std::lock_guard lock(mutex_);
   if (status_ <= cl::kComplete) return status_.load();
-  waiters_.push_back({node, propagate});
+  link.node = node;
+  link.next = nullptr;
+  (last_waiter_ != nullptr ? last_waiter_->next : waiters_) = &link;
+  last_waiter_ = &link;
   return std::nullopt;
 }
 
@@ -61,8 +78,8 @@ void EventState::mark(int status) {
   (status == cl::kSubmitted ? profile_.submitted_ns : profile_.started_ns) = now_ns();
 }
 
-bool EventState::finish(int status, std::string message, std::vector<Waiter>& waiters,
-                        std::vector<std::function<void(int)>>& callbacks) {
+bool EventState::finish(int status, std::string message, WaitLink*& waiters,
+                        std::vector<std::function<void(int)>>& callbacks) noexcept {
   {
     std::lock_guard lock(mutex_);
     if (status_ <= cl::kComplete) return false;
@@ -72,7 +89,8 @@ bool EventState::finish(int status, std::string message, std::vector<Waiter>& wa
     if (profile_.submitted_ns == 0) profile_.submitted_ns = t;
     if (profile_.started_ns == 0) profile_.started_ns = t;
     profile_.ended_ns = t;
-    waiters.swap(waiters_);
+    waiters = std::exchange(waiters_, nullptr);
+    last_waiter_ = nullptr;
     callbacks.swap(callbacks_);
   }
   ended_.notify_all();

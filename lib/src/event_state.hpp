@@ -8,22 +8,48 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "memlayer/migration/event.hpp"
+#include "memlayer/runtime/device_driver.hpp"
 #include "memlayer/runtime/event.hpp"
 
 namespace memlayer::runtime::detail {
 
 class DeviceState;
+class EventState;
 struct CommandNode;
 
 std::uint64_t now_ns();
 
+/// Where a command finds one of its buffer uses at run time.
+struct Target {
+  DeviceAddress address = 0;  // in the command's device (a host pointer on host-memory devices)
+};
+
+/// A command's work, given where its uses are (empty for copies).
+using Work = std::function<Status(std::span<const Target>)>;
+
+/// One dependency of a node, threaded on the dependency's list of waiters
+/// once wired. A node's links are made before the engine commits its
+/// command (scheduler.hpp: reserve_deps), so that wiring, finishing and
+/// failing it allocate nothing: an enqueue cannot run out of memory half-way.
+struct WaitLink {
+  std::shared_ptr<EventState> dep;    // until wired: keeps the dependency alive
+  std::shared_ptr<CommandNode> node;  // while linked: the event keeps its waiter alive
+  WaitLink* next = nullptr;
+  bool propagate = false;  // the dependency's failure fails the node
+};
+
 class EventState : public std::enable_shared_from_this<EventState> {
  public:
   explicit EventState(bool user) : user_(user) { profile_.queued_ns = now_ns(); }
+  /// An event dropped before it ended lets go of its waiters.
+  ~EventState();
+  EventState(const EventState&) = delete;
+  EventState& operator=(const EventState&) = delete;
 
   bool user() const { return user_; }
   /// Lock-free: the migration engine asks it at every enqueue.
@@ -36,21 +62,21 @@ class EventState : public std::enable_shared_from_this<EventState> {
   int wait();
   /// Waits until the event has ended or `deadline` has passed; whether it ended.
   bool wait_until(std::chrono::steady_clock::time_point deadline);
-  /// A node waiting for this event; `propagate`: this event's failure fails it.
-  struct Waiter {
-    std::shared_ptr<CommandNode> node;
-    bool propagate;
-  };
-  /// Adds `node` as a waiter unless this event has ended; returns the final
-  /// status if it has (so the caller resolves the dependency itself).
-  std::optional<int> add_waiter(const std::shared_ptr<CommandNode>& node, bool propagate);
+  /// Links `node` as a waiter through `link` (one of node's own) unless this
+  /// event has ended; returns the final status if it has (so the caller
+  /// resolves the dependency itself). Allocates nothing.
+  std::optional<int> add_waiter(WaitLink& link, const std::shared_ptr<CommandNode>& node) noexcept;
   void add_callback(std::function<void(int)> cb);
   void mark(int status);  // submitted / running, with timestamps
+  /// Its work failed before it changed anything (Status::changed_nothing):
+  /// outcome() says `cancelled`, as if it never ran. Before finish().
+  void changed_nothing() { started_.store(false, std::memory_order_relaxed); }  // published by finish()
 
-  /// Ends the event; returns false if it had ended already. Waiters and
-  /// callbacks are handed to the caller to run outside the lock.
-  bool finish(int status, std::string message, std::vector<Waiter>& waiters,
-              std::vector<std::function<void(int)>>& callbacks);
+  /// Ends the event; returns false if it had ended already. Waiters (a list
+  /// through WaitLink::next) and callbacks are handed to the caller to run
+  /// outside the lock. Allocates nothing.
+  bool finish(int status, std::string message, WaitLink*& waiters,
+              std::vector<std::function<void(int)>>& callbacks) noexcept;
 
   // The migration planner's references (EventOps): while it holds any, the
   // event keeps itself alive through `anchor_`.
@@ -65,7 +91,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
   std::string message_;
   const bool user_;
   ProfilingInfo profile_;
-  std::vector<Waiter> waiters_;
+  WaitLink* waiters_ = nullptr;  // first to resolve
+  WaitLink* last_waiter_ = nullptr;
   std::vector<std::function<void(int)>> callbacks_;
   int planner_refs_ = 0;
   std::shared_ptr<EventState> anchor_;
@@ -74,11 +101,18 @@ class EventState : public std::enable_shared_from_this<EventState> {
 /// A command (or migration) in the dependency graph.
 struct CommandNode {
   std::shared_ptr<EventState> event;
-  std::function<Status()> work;   // empty for markers and barriers
+  Work work;                      // empty for markers and barriers
+  std::vector<Target> targets;    // what `work` is given: one per buffer use
   DeviceState* device = nullptr;  // whose workers run `work`
   std::atomic<int> pending{1};    // unresolved dependencies, plus one while being wired
   std::atomic<bool> ended{false};
   std::vector<std::shared_ptr<void>> keep_alive;  // buffers it touches outlive it
+  /// Its dependencies; never reallocated once one is wired (their links
+  /// are threaded on the dependencies' events).
+  std::vector<WaitLink> deps;
+  std::shared_ptr<CommandNode> next_ready;   // its device's queue of ready nodes
+  std::shared_ptr<CommandNode> next_failed;  // finish()'s nodes to fail
+  std::shared_ptr<EventState> failed_by;     // with next_failed: the dependency that failed
 };
 
 }  // namespace memlayer::runtime::detail

@@ -29,7 +29,7 @@ GlobalMemory::GlobalMemory(DeviceDriver& driver, const bufalloc::HeapOptions& he
   native.allocate = [this](bufalloc::Size size) { return driver_.native_allocate(size); };
   native.release = [this](bufalloc::Address base, bufalloc::Size size) { driver_.native_release(base, size); };
   // Never while an eviction's write-back may still read from it.
-  native.releasable = [this](bufalloc::Address base, bufalloc::Size size) { return fences_over(base, size).empty(); };
+  native.releasable = [this](bufalloc::Address base, bufalloc::Size size) { return !fenced(base, size); };
   auto made = bufalloc::DeviceHeap::create(std::move(native), options);
   if (made) heap_ = std::move(made).value();
   else setup_error_ = info.name + ": device heap: " + made.error().message();
@@ -54,16 +54,30 @@ bufalloc::Result<bufalloc::BlockHandle> GlobalMemory::allocate(std::uint64_t siz
   return bufalloc::Error{bufalloc::Errc::out_of_memory, size, alignment, 0, 0, 0};
 }
 
-void GlobalMemory::free(const bufalloc::BlockHandle& block) {
+void GlobalMemory::free(const bufalloc::BlockHandle& block, bool promised) noexcept {
+  if (promised) --promised_;
   if (region_) (void)region_->free(block);
   else if (heap_) (void)heap_->free(block);
 }
 
+void GlobalMemory::promise_quarantine() {
+  // Geometrically: one at a time would copy the list at every placement.
+  const std::size_t needed = quarantine_.size() + promised_ + 1;
+  if (needed > quarantine_.capacity()) quarantine_.reserve(std::max<std::size_t>(needed, 2 * quarantine_.capacity()));
+  ++promised_;
+}
+
 void GlobalMemory::free_after(const bufalloc::BlockHandle& block, std::uint64_t size,
-                              std::shared_ptr<EventState> fence) {
+                              std::shared_ptr<EventState> fence) noexcept {
   // Quarantine first: freeing may hand the segment back, and that must see it.
-  quarantine_.push_back({block.address, size, std::move(fence)});
-  free(block);
+  quarantine_.push_back({block.address, size, std::move(fence)});  // promised: within capacity
+  free(block, true);
+}
+
+bool GlobalMemory::fenced(DeviceAddress address, std::uint64_t size) const noexcept {
+  return std::any_of(quarantine_.begin(), quarantine_.end(), [&](const Quarantine& q) {
+    return !finished(q.fence) && overlaps(address, size, q.address, q.size);
+  });
 }
 
 std::vector<std::shared_ptr<EventState>> GlobalMemory::fences_over(DeviceAddress address, std::uint64_t size) {

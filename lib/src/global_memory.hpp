@@ -42,11 +42,21 @@ class GlobalMemory {
   /// handle.address); out_of_memory when the device is full (the heap has
   /// already tried its own ladder: dropping cached segments and retrying).
   bufalloc::Result<bufalloc::BlockHandle> allocate(std::uint64_t size, std::uint64_t alignment);
+  /// Room in the quarantine for one more block allocated, made with it: the
+  /// block is freed by free() or free_after(), which then need none. Throws
+  /// std::bad_alloc.
+  void promise_quarantine();
+  /// A promised block that is never freed (kept until the memory goes).
+  void forgo_quarantine() noexcept { --promised_; }
   /// Frees a block nothing can still be using, by the handle allocate() gave:
-  /// O(1), no address lookup.
-  void free(const bufalloc::BlockHandle& block);
-  /// Frees a block whose last users finish with `fence`: see the file comment.
-  void free_after(const bufalloc::BlockHandle& block, std::uint64_t size, std::shared_ptr<EventState> fence);
+  /// O(1), no address lookup. Allocates nothing.
+  void free(const bufalloc::BlockHandle& block, bool promised) noexcept;
+  /// Frees a block whose last users finish with `fence`: see the file
+  /// comment. Needs the room promise_quarantine() made: allocates nothing.
+  void free_after(const bufalloc::BlockHandle& block, std::uint64_t size, std::shared_ptr<EventState> fence) noexcept;
+  /// Whether a block placed at [address, + size) would have to wait for a
+  /// fence. Allocates nothing (free() may release a segment after asking).
+  [[nodiscard]] bool fenced(DeviceAddress address, std::uint64_t size) const noexcept;
   /// The quarantine fences a block placed at [address, + size) must wait for.
   [[nodiscard]] std::vector<std::shared_ptr<EventState>> fences_over(DeviceAddress address, std::uint64_t size);
 
@@ -66,6 +76,7 @@ class GlobalMemory {
   std::unique_ptr<bufalloc::DeviceHeap> heap_;
   std::string setup_error_;
   std::vector<Quarantine> quarantine_;
+  std::size_t promised_ = 0;  // blocks with room in quarantine_ (its capacity >= size + promised_)
   std::uint64_t cache_cap_ = 0;
 };
 

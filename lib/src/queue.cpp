@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "context_state.hpp"
+#include "scheduler.hpp"
 #include "memlayer/runtime/local_memory.hpp"
 
 namespace memlayer::runtime {
@@ -55,6 +57,28 @@ BufferUse box_use(const Buffer& b, const RectBox& box, bool writes) {
   return use_of(b, box.first(), box.end() - box.first(), a);
 }
 
+// Tries for one row of a box written from the host once an earlier row is
+// written: a row that fails then is tried again (a transfer writes its
+// whole range, so that is harmless) rather than leave the box half-written,
+// its bytes undefined where they were the only copy. The first row is
+// tried once: its failure changes nothing (Status::changed_nothing) and is
+// the user's to see, as any user transfer's (doc/runtime.md, failures).
+constexpr int kRowAttempts = 3;
+
+// The rows of `box` written from `host` (from `from`) into the buffer whose
+// byte 0 is at `base` on `dev`.
+Status write_rows(detail::DeviceState& dev, const RectBox& box, const RectBox& host, const std::byte* from,
+                  DeviceAddress base) {
+  bool written = false;  // a row is: the box is half-written if the next fails
+  return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
+    Status s;
+    for (int attempt = 0; attempt < (written ? kRowAttempts : 1) && (attempt == 0 || !s.ok()); ++attempt)
+      s = dev.driver().write(base + device_row, from + host_row, box.region()[0]);
+    written = written || s.ok();
+    return s;
+  });
+}
+
 Result<Event> blocking_wait(Result<Event> r, bool blocking) {
   if (!r || !blocking) return r;
   if (r.value().wait() < 0) return Status::error(r.value().status(), r.value().error_message());
@@ -70,7 +94,7 @@ std::size_t Queue::device() const { return state_->index; }
 bool Queue::out_of_order() const { return state_->out_of_order; }
 
 Result<Event> Queue::enqueue_write(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, const void* source,
-                                   bool blocking, WaitList wait) {
+                                   bool blocking, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "write"); !s.ok()) return s;
   if (Status s = check_range(buffer, offset, size, "write"); !s.ok()) return s;
   if (source == nullptr) return Status::error(cl::kInvalidValue, "write: the source pointer is null");
@@ -81,15 +105,14 @@ Result<Event> Queue::enqueue_write(const Buffer& buffer, std::uint64_t offset, s
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.make_work = [dev, source, size](std::span<const Target> t) {
-    const DeviceAddress to = t[0].address;
-    return std::function<Status()>([dev, to, source, size] { return dev->driver().write(to, source, size); });
-  };
+  spec.work = [dev, source, size](std::span<const Target> t) { return dev->driver().write(t[0].address, source, size); };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("write");
 }
 
 Result<Event> Queue::enqueue_read(const Buffer& buffer, std::uint64_t offset, std::uint64_t size, void* destination,
-                                  bool blocking, WaitList wait) {
+                                  bool blocking, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "read"); !s.ok()) return s;
   if (Status s = check_range(buffer, offset, size, "read"); !s.ok()) return s;
   if (destination == nullptr) return Status::error(cl::kInvalidValue, "read: the destination pointer is null");
@@ -100,15 +123,16 @@ Result<Event> Queue::enqueue_read(const Buffer& buffer, std::uint64_t offset, st
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.make_work = [dev, destination, size](std::span<const Target> t) {
-    const DeviceAddress from = t[0].address;
-    return std::function<Status()>([dev, from, destination, size] { return dev->driver().read(from, destination, size); });
+  spec.work = [dev, destination, size](std::span<const Target> t) {
+    return dev->driver().read(t[0].address, destination, size);
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("read");
 }
 
 Result<Event> Queue::enqueue_copy(const Buffer& source, const Buffer& destination, std::uint64_t source_offset,
-                                  std::uint64_t destination_offset, std::uint64_t size, WaitList wait) {
+                                  std::uint64_t destination_offset, std::uint64_t size, WaitList wait) try {
   if (Status s = check_buffer(*state_, source, "copy source"); !s.ok()) return s;
   if (Status s = check_buffer(*state_, destination, "copy destination"); !s.ok()) return s;
   if (Status s = check_range(source, source_offset, size, "copy source"); !s.ok()) return s;
@@ -122,15 +146,14 @@ Result<Event> Queue::enqueue_copy(const Buffer& source, const Buffer& destinatio
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.make_work = [dev, size](std::span<const Target> t) {
-    const DeviceAddress a = t[0].address, b = t[1].address;
-    return std::function<Status()>([dev, a, b, size] { return dev->driver().copy(a, b, size); });
-  };
+  spec.work = [dev, size](std::span<const Target> t) { return dev->driver().copy(t[0].address, t[1].address, size); };
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("copy");
 }
 
 Result<Event> Queue::enqueue_fill(const Buffer& buffer, const void* pattern, std::uint64_t pattern_size,
-                                  std::uint64_t offset, std::uint64_t size, WaitList wait) {
+                                  std::uint64_t offset, std::uint64_t size, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "fill"); !s.ok()) return s;
   if (Status s = check_range(buffer, offset, size, "fill"); !s.ok()) return s;
   if (pattern == nullptr || pattern_size == 0 || pattern_size > 128 || (pattern_size & (pattern_size - 1)) != 0)
@@ -144,16 +167,17 @@ Result<Event> Queue::enqueue_fill(const Buffer& buffer, const void* pattern, std
   detail::DeviceState* dev = state_->device;
   std::vector<std::byte> bytes(static_cast<const std::byte*>(pattern),
                                static_cast<const std::byte*>(pattern) + pattern_size);
-  spec.make_work = [dev, size, bytes](std::span<const Target> t) {
-    const DeviceAddress to = t[0].address;
-    return std::function<Status()>([dev, to, size, bytes] { return dev->driver().fill(to, size, bytes); });
+  spec.work = [dev, size, bytes = std::move(bytes)](std::span<const Target> t) {
+    return dev->driver().fill(t[0].address, size, bytes);
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("fill");
 }
 
 Result<Event> Queue::enqueue_write_rect(const Buffer& buffer, const RectLayout& buffer_layout,
                                         const RectLayout& host_layout, const RectRegion& region, const void* source,
-                                        bool blocking, WaitList wait) {
+                                        bool blocking, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "write_rect"); !s.ok()) return s;
   Result<RectBox> in_buffer = buffer_box(buffer, buffer_layout, region, "write_rect (buffer)");
   if (!in_buffer) return in_buffer.error();
@@ -168,20 +192,18 @@ Result<Event> Queue::enqueue_write_rect(const Buffer& buffer, const RectLayout& 
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   const auto* from = static_cast<const std::byte*>(source);
-  spec.make_work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const Target> t) {
+  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const Target> t) {
     const DeviceAddress base = t[0].address - box.first();  // the buffer's byte 0
-    return std::function<Status()>([dev, box, host, from, base] {
-      return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
-        return dev->driver().write(base + device_row, from + host_row, box.region()[0]);
-      });
-    });
+    return write_rows(*dev, box, host, from, base);
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("write_rect");
 }
 
 Result<Event> Queue::enqueue_read_rect(const Buffer& buffer, const RectLayout& buffer_layout,
                                        const RectLayout& host_layout, const RectRegion& region, void* destination,
-                                       bool blocking, WaitList wait) {
+                                       bool blocking, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "read_rect"); !s.ok()) return s;
   Result<RectBox> in_buffer = buffer_box(buffer, buffer_layout, region, "read_rect (buffer)");
   if (!in_buffer) return in_buffer.error();
@@ -196,20 +218,20 @@ Result<Event> Queue::enqueue_read_rect(const Buffer& buffer, const RectLayout& b
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   auto* to = static_cast<std::byte*>(destination);
-  spec.make_work = [dev, box = in_buffer.value(), host = in_host.value(), to](std::span<const Target> t) {
+  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), to](std::span<const Target> t) {
     const DeviceAddress base = t[0].address - box.first();
-    return std::function<Status()>([dev, box, host, to, base] {
-      return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
-        return dev->driver().read(base + device_row, to + host_row, box.region()[0]);
-      });
+    return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
+      return dev->driver().read(base + device_row, to + host_row, box.region()[0]);
     });
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("read_rect");
 }
 
 Result<Event> Queue::enqueue_copy_rect(const Buffer& source, const Buffer& destination,
                                        const RectLayout& source_layout, const RectLayout& destination_layout,
-                                       const RectRegion& region, WaitList wait) {
+                                       const RectRegion& region, WaitList wait) try {
   if (Status s = check_buffer(*state_, source, "copy_rect source"); !s.ok()) return s;
   if (Status s = check_buffer(*state_, destination, "copy_rect destination"); !s.ok()) return s;
   Result<RectBox> from = buffer_box(source, source_layout, region, "copy_rect (source)");
@@ -224,19 +246,19 @@ Result<Event> Queue::enqueue_copy_rect(const Buffer& source, const Buffer& desti
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.make_work = [dev, a = from.value(), b = to.value()](std::span<const Target> t) {
+  spec.work = [dev, a = from.value(), b = to.value()](std::span<const Target> t) {
     const DeviceAddress a_base = t[0].address - a.first(), b_base = t[1].address - b.first();
-    return std::function<Status()>([dev, a, b, a_base, b_base] {
-      return for_each_row_pair(a, b, [&](std::uint64_t from_row, std::uint64_t to_row) {
-        return dev->driver().copy(a_base + from_row, b_base + to_row, a.region()[0]);
-      });
+    return for_each_row_pair(a, b, [&](std::uint64_t from_row, std::uint64_t to_row) {
+      return dev->driver().copy(a_base + from_row, b_base + to_row, a.region()[0]);
     });
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("copy_rect");
 }
 
 Result<Queue::Mapping> Queue::enqueue_map(const Buffer& buffer, std::uint32_t flags, std::uint64_t offset,
-                                          std::uint64_t size, bool blocking, WaitList wait) {
+                                          std::uint64_t size, bool blocking, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "map"); !s.ok()) return s;
   if (Status s = check_range(buffer, offset, size, "map"); !s.ok()) return s;
   const std::uint32_t known = map::kRead | map::kWrite | map::kWriteInvalidateRegion;
@@ -254,6 +276,12 @@ Result<Queue::Mapping> Queue::enqueue_map(const Buffer& buffer, std::uint32_t fl
   CommandSpec spec;
   spec.uses = {use_of(buffer, offset, size, access)};
   spec.at = kHost;
+  {
+    // Room for the mapping first: the command cannot be taken back once enqueued.
+    std::lock_guard lock(state_->mutex);
+    auto& m = state_->mappings;
+    if (m.size() == m.capacity()) m.reserve(std::max<std::size_t>(4, 2 * m.size()));
+  }
   auto r = state_->context->enqueue(*state_, std::move(spec), wait);
   if (!r) return r.error();
   void* pointer = buffer.parent()->host() + buffer.offset() + offset;
@@ -270,9 +298,11 @@ Result<Queue::Mapping> Queue::enqueue_map(const Buffer& buffer, std::uint32_t fl
     return waited.error();
   }
   return Mapping{pointer, waited.value()};
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("map");
 }
 
-Result<Event> Queue::enqueue_unmap(const Buffer& buffer, void* pointer, WaitList wait) {
+Result<Event> Queue::enqueue_unmap(const Buffer& buffer, void* pointer, WaitList wait) try {
   if (Status s = check_buffer(*state_, buffer, "unmap"); !s.ok()) return s;
   {
     std::lock_guard lock(state_->mutex);
@@ -290,10 +320,12 @@ Result<Event> Queue::enqueue_unmap(const Buffer& buffer, void* pointer, WaitList
   spec.uses = {use_of(buffer, 0, buffer.size(), Access::read)};
   spec.at = kHost;
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("unmap");
 }
 
 Result<Event> Queue::enqueue_migrate(std::span<const Buffer> buffers, bool to_host, bool content_undefined,
-                                     WaitList wait) {
+                                     WaitList wait) try {
   if (buffers.empty()) return Status::error(cl::kInvalidValue, "migrate: no buffers");
   CommandSpec spec;
   for (const Buffer& b : buffers) {
@@ -302,14 +334,18 @@ Result<Event> Queue::enqueue_migrate(std::span<const Buffer> buffers, bool to_ho
   }
   spec.at = to_host ? kHost : state_->device->location();
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("migrate");
 }
 
-Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait) {
+Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args, WaitList wait) try {
   return enqueue_kernel(std::move(kernel), args, {}, wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("kernel");
 }
 
 Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const KernelArg> args,
-                                    std::span<const std::uint64_t> local_sizes, WaitList wait) {
+                                    std::span<const std::uint64_t> local_sizes, WaitList wait) try {
   if (!kernel) return Status::error(cl::kInvalidValue, "kernel: no function");
   if (auto layout = layout_local(local_sizes, state_->device->info().local_mem_size); !layout) {
     Status s = layout.error();
@@ -325,25 +361,32 @@ Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const Kerne
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   std::vector<std::uint64_t> locals(local_sizes.begin(), local_sizes.end());
-  spec.make_work = [dev, kernel = std::move(kernel), locals](std::span<const Target> t) {
-    std::vector<DeviceAddress> addresses;
-    for (const Target& x : t) addresses.push_back(x.address);
-    return std::function<Status()>(
-        [dev, kernel, addresses, locals] { return dev->driver().run_kernel(kernel, addresses, locals); });
+  // The addresses' list is made now: a command whose enqueue succeeded
+  // does not run out of memory for it when it runs.
+  spec.work = [dev, kernel = std::move(kernel), locals = std::move(locals),
+               addresses = std::vector<DeviceAddress>(args.size())](std::span<const Target> t) mutable {
+    for (std::size_t i = 0; i < t.size(); ++i) addresses[i] = t[i].address;
+    return dev->driver().run_kernel(kernel, addresses, locals);
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("kernel");
 }
 
-Result<Event> Queue::enqueue_marker(WaitList wait) {
+Result<Event> Queue::enqueue_marker(WaitList wait) try {
   CommandSpec spec;
   spec.barrier = wait.empty();  // a marker with no wait list waits for everything before it
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("marker");
 }
 
-Result<Event> Queue::enqueue_barrier(WaitList wait) {
+Result<Event> Queue::enqueue_barrier(WaitList wait) try {
   CommandSpec spec;
   spec.barrier = true;
   return state_->context->enqueue(*state_, std::move(spec), wait);
+} catch (const std::bad_alloc&) {
+  return detail::out_of_host_memory("barrier");
 }
 
 Status Queue::flush() { return {}; }

@@ -1,6 +1,9 @@
 #include "scheduler.hpp"
 
+#include <cassert>
 #include <chrono>
+#include <new>
+#include <string>
 
 #include "device_state.hpp"
 
@@ -12,11 +15,23 @@ std::uint64_t now_ns() {
           .count());
 }
 
+Status out_of_host_memory(const char* what) noexcept {
+  Status s;
+  s.code = cl::kOutOfHostMemory;
+  try {
+    s.message = std::string(what) + ": out of host memory";
+  } catch (const std::bad_alloc&) {
+    // An empty message would say nothing: this one fits the string's own storage.
+    s.message = "no host memory";
+  }
+  return s;
+}
+
 namespace {
 
 // A node whose dependencies are all resolved: run it, or queue it on its
 // device. Markers and barriers have no work and complete right here.
-void release(const std::shared_ptr<CommandNode>& node) {
+void release(const std::shared_ptr<CommandNode>& node) noexcept {
   if (node->ended.load()) return;  // failed early through a dependency
   node->event->mark(cl::kSubmitted);
   if (node->work && node->device != nullptr) {
@@ -26,13 +41,48 @@ void release(const std::shared_ptr<CommandNode>& node) {
   }
 }
 
-void resolve(const std::shared_ptr<CommandNode>& node) {
+void resolve(const std::shared_ptr<CommandNode>& node) noexcept {
   if (node->pending.fetch_sub(1) == 1) release(node);
+}
+
+// The message of a node failed by its dependency `dep`; empty when there is
+// no memory for it (EventState::message() then says so).
+std::string failed_dependency_message(const EventState& dep) noexcept {
+  try {
+    return "a command it depends on failed: " + dep.message();
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
+}
+
+// Ends `event` and resolves its waiters; those its failure fails are pushed
+// on `to_fail` (through CommandNode::next_failed) for finish() to end.
+void end(const std::shared_ptr<EventState>& event, int status, std::string message,
+         std::shared_ptr<CommandNode>& to_fail) noexcept {
+  WaitLink* waiters = nullptr;
+  std::vector<std::function<void(int)>> callbacks;
+  if (!event->finish(status, std::move(message), waiters, callbacks)) return;
+  for (auto& cb : callbacks) cb(status);
+  while (waiters != nullptr) {
+    WaitLink& link = *waiters;
+    std::shared_ptr<CommandNode> w = std::move(link.node);  // the link lives in w: hold it
+    waiters = link.next;
+    if (status < 0 && link.propagate) {
+      if (!w->ended.exchange(true)) {
+        w->failed_by = event;
+        w->next_failed = std::move(to_fail);
+        to_fail = w;
+      }
+      w->pending.fetch_sub(1);
+    } else {
+      resolve(w);
+    }
+  }
 }
 
 }  // namespace
 
-std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status()> work) {
+std::shared_ptr<CommandNode> make_node(DeviceState* device, Work work) {
   auto node = std::make_shared<CommandNode>();
   node->event = std::make_shared<EventState>(false);
   node->device = device;
@@ -40,61 +90,59 @@ std::shared_ptr<CommandNode> make_node(DeviceState* device, std::function<Status
   return node;
 }
 
-void submit(const std::shared_ptr<CommandNode>& node, std::span<const std::shared_ptr<EventState>> deps,
-            std::span<const std::shared_ptr<EventState>> order) {
-  auto wire = [&](const std::shared_ptr<EventState>& dep, bool propagate) {
-    if (!dep || dep == node->event) return;
+void reserve_deps(CommandNode& node, std::size_t more) { node.deps.reserve(node.deps.size() + more); }
+
+std::size_t deps_room(const CommandNode& node) noexcept { return node.deps.capacity() - node.deps.size(); }
+
+void add_dep(CommandNode& node, std::shared_ptr<EventState> dep, bool propagate) noexcept {
+  if (!dep || dep == node.event) return;
+  assert(deps_room(node) > 0 && "reserve_deps() first: a reallocation would move wired links");
+  node.deps.push_back(WaitLink{std::move(dep), nullptr, nullptr, propagate});  // within capacity: no allocation
+}
+
+void submit(const std::shared_ptr<CommandNode>& node) noexcept {
+  for (WaitLink& link : node->deps) {
+    const std::shared_ptr<EventState> dep = std::move(link.dep);
     node->pending.fetch_add(1);
-    if (auto ended = dep->add_waiter(node, propagate)) {
-      if (propagate && *ended < 0 && !node->ended.exchange(true)) {
-        finish(node->event, cl::kExecStatusErrorForEventsInWaitList,
-               "a command it depends on failed: " + dep->message());
-      }
+    // Once linked, the link is the dependency's to use (it may end now, on
+    // another thread): only `dep`, held here, is read after.
+    if (auto ended = dep->add_waiter(link, node)) {
+      if (link.propagate && *ended < 0 && !node->ended.exchange(true))
+        finish(node->event, cl::kExecStatusErrorForEventsInWaitList, failed_dependency_message(*dep));
       node->pending.fetch_sub(1);
     }
-  };
-  for (const auto& dep : deps) wire(dep, true);
-  for (const auto& dep : order) wire(dep, false);
+  }
   resolve(node);  // the wiring reference
 }
 
-void finish(const std::shared_ptr<EventState>& event, int status, std::string message) {
-  struct Pending {
-    std::shared_ptr<EventState> event;
-    int status;
-    std::string message;
-  };
-  std::vector<Pending> todo{{event, status, std::move(message)}};
-  while (!todo.empty()) {
-    Pending p = std::move(todo.back());
-    todo.pop_back();
-    std::vector<EventState::Waiter> waiters;
-    std::vector<std::function<void(int)>> callbacks;
-    if (!p.event->finish(p.status, p.message, waiters, callbacks)) continue;
-    for (auto& cb : callbacks) cb(p.status);
-    for (auto& [w, propagate] : waiters) {
-      if (p.status < 0 && propagate) {
-        if (!w->ended.exchange(true)) {
-          todo.push_back({w->event, cl::kExecStatusErrorForEventsInWaitList,
-                          "a command it depends on failed: " + p.message});
-        }
-        w->pending.fetch_sub(1);
-      } else {
-        resolve(w);
-      }
-    }
+void finish(const std::shared_ptr<EventState>& event, int status, std::string message) noexcept {
+  std::shared_ptr<CommandNode> to_fail;
+  end(event, status, std::move(message), to_fail);
+  while (to_fail) {
+    const std::shared_ptr<CommandNode> node = std::move(to_fail);
+    to_fail = std::move(node->next_failed);
+    const std::shared_ptr<EventState> cause = std::move(node->failed_by);
+    end(node->event, cl::kExecStatusErrorForEventsInWaitList, failed_dependency_message(*cause), to_fail);
   }
 }
 
-void run(const std::shared_ptr<CommandNode>& node) {
+void run(const std::shared_ptr<CommandNode>& node) noexcept {
   if (node->ended.exchange(true)) return;
   node->event->mark(cl::kRunning);
-  Status s = node->work ? node->work() : Status{};
+  Status s;
+  if (node->work) {
+    try {
+      s = node->work(node->targets);
+    } catch (const std::bad_alloc&) {
+      s = out_of_host_memory("the command's work");
+    }
+  }
   node->work = nullptr;  // drop captured buffers as soon as the work is done
   // Before the event completes: a buffer the application released is freed
   // by the time a wait on its last command returns, so its memory is
   // available to whatever the application enqueues next.
   node->keep_alive.clear();
+  if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
 }
 

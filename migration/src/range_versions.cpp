@@ -11,7 +11,11 @@ namespace memlayer::migration {
 
 namespace {
 
-constexpr std::size_t kPruneThreshold = 8;  // readers kept before finished ones are dropped
+// Readers kept before finished ones are dropped; then again each time the
+// list reaches a power of two above it, so that a list of readers that have
+// not finished (queued behind a user event) costs O(1) amortised per reader
+// added, not a scan each time (add_reader()).
+constexpr std::size_t kPruneThreshold = 8;
 // Undo records kept per buffer: more unfinished writes forget the oldest,
 // whose content is then lost only if its writer fails (settle_span()). It
 // bounds the memory of a deep queue and what a failed writer's search goes
@@ -263,15 +267,35 @@ void RangeVersions::forget_undo(std::size_t index) {
 }
 
 // Puts back what record `index` says its bytes were before its writer,
-// which failed (`ran`: after starting).
+// which failed (`ran`: after starting). All or nothing: what may throw
+// (copying the newer records it splits in two, room for them, cutting the
+// spans at the record's ends) comes first, so that on std::bad_alloc the
+// record is still there, whole, for the next settle; the changes after it
+// allocate nothing.
 void RangeVersions::restore(std::size_t index, bool ran) {
-  Undo r = std::move(undo_[index]);
-  undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
-  const std::uint64_t begin = r.offset, end = r.offset + r.size;
+  const std::uint64_t begin = undo_[index].offset, end = begin + undo_[index].size;
   // Newer records over these bytes describe content made from the failed
   // one; their writers wait for it, so they fail too. Of a record that
   // reaches beyond these bytes (spans merge and split, so records need not
-  // nest), the part beyond stays: its writer's failure puts that back.
+  // nest), the part beyond stays: its writer's failure puts that back. One
+  // beyond on both sides becomes two records: its right part is made here.
+  std::vector<Undo> rights;
+  for (std::size_t j = index + 1; j < undo_.size(); ++j) {
+    const Undo& n = undo_[j];
+    if (n.offset < begin && end < n.offset + n.size) {
+      if (rights.empty()) rights.reserve(undo_.size() - j);
+      rights.emplace_back(n.writer, n.at, end, n.offset + n.size - end, n.before);
+    }
+  }
+  if (rights.size() > 1) detail::reserve_more(undo_, rights.size() - 1);  // one goes where this record was
+  // Spans begin at both ends (a cut left when the second throws is into
+  // identical halves: no content changes, as plan()'s own cuts).
+  split_at(begin);
+  split_at(end);
+
+  Undo r = std::move(undo_[index]);
+  undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));
+  auto right = rights.begin();
   for (std::size_t j = index; j < undo_.size();) {
     Undo& n = undo_[j];
     const std::uint64_t a = n.offset, b = n.offset + n.size;
@@ -280,12 +304,11 @@ void RangeVersions::restore(std::size_t index, bool ran) {
     } else if (begin <= a && b <= end) {
       forget_undo(j);
       undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(j));
-    } else if (a < begin && end < b) {  // beyond on both sides: two records
-      Undo right{n.writer, n.at, end, b - end, n.before};
-      hold_span(right.before);
-      ops_.hold(right.writer);
+    } else if (a < begin && end < b) {  // made above, in this order
+      hold_span(right->before);
+      ops_.hold(right->writer);
       n.size = begin - a;
-      undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(right));
+      undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(*right++));  // has room
       j += 2;
     } else {
       if (a < begin) n.size = begin - a;
@@ -293,13 +316,16 @@ void RangeVersions::restore(std::size_t index, bool ran) {
       ++j;
     }
   }
-  split_at(begin);
-  split_at(end);
-  for (auto it = spans_.find(begin); it != spans_.end() && it->first < end;) {
+  // The span cut at `begin` takes the content back (its map node reused:
+  // nothing allocated); the others over these bytes go.
+  const auto first = spans_.find(begin);
+  drop_span(first->second);
+  first->second = std::move(r.before);
+  for (auto it = std::next(first); it != spans_.end() && it->first < end;) {
     drop_span(it->second);
     it = spans_.erase(it);
   }
-  Span& s = spans_.emplace(begin, std::move(r.before)).first->second;
+  Span& s = first->second;
   ops_.drop(r.writer);
   if (ran) {  // its partial writes spoilt the copy where it ran
     auto h = std::find_if(s.holders.begin(), s.holders.end(), [&](const Holder& x) { return x.where == r.at; });
@@ -346,17 +372,36 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bo
   }
 }
 
-bool RangeVersions::undo_names(Location at) const {
-  return std::any_of(undo_.begin() + static_cast<std::ptrdiff_t>(first_undo_), undo_.end(), [&](const Undo& r) {
-    return std::any_of(r.before.holders.begin(), r.before.holders.end(), [&](const Holder& h) { return h.where == at; });
-  });
+// Whether record `r`'s content is held at `at` and nowhere else.
+bool RangeVersions::held_only_at(const Undo& r, Location at) const {
+  return !r.before.anywhere && r.before.holders.size() == 1 && r.before.holders[0].where == at;
 }
 
+bool RangeVersions::undo_only_at(Location at) const {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i)
+    if (held_only_at(undo_[i], at) && !can_write_back_undo(i, at)) return true;
+  return false;
+}
+
+void RangeVersions::undo_only_at_writers(Location at, std::vector<Event>& out) const {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    const Event w = undo_[i].writer;
+    if (ops_.done(w) || !held_only_at(undo_[i], at) || can_write_back_undo(i, at)) continue;
+    if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  }
+}
+
+// Each reader comes once: a commit adds its command to a span once (the
+// pieces of its uses are disjoint, and the plan cut the spans at their
+// ends) and each of its copies once per span the copy reads. So the list
+// (which grows with the readers queued) is not searched; the last entry is
+// looked at, which is free.
 void RangeVersions::add_reader(Span& s, Event e) {
-  if (e == nullptr || std::find(s.readers.begin(), s.readers.end(), e) != s.readers.end()) return;
+  if (e == nullptr || (!s.readers.empty() && s.readers.back() == e)) return;
   ops_.hold(e);
   s.readers.push_back(e);
-  if (s.readers.size() > kPruneThreshold) prune(s);
+  const std::size_t n = s.readers.size();
+  if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) prune(s);
 }
 
 // Finished events order nothing any more: drop them, so lists stay short and
@@ -484,8 +529,12 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
       // looked at once.
       if (t.last_writer != nullptr) out.wait.push_back(t.last_writer);
       if (h != nullptr && h->ready != t.last_writer) add_unique(out.wait, h->ready);
-      if (for_write)
-        for (Event r : t.readers) add_unique(out.wait, r);
+      if (for_write) {  // the readers are distinct (add_reader()): only the two above may repeat one
+        const auto before = static_cast<std::ptrdiff_t>(out.wait.size());
+        for (Event r : t.readers)
+          if (std::find(out.wait.begin(), out.wait.begin() + before, r) == out.wait.begin() + before)
+            out.wait.push_back(r);
+      }
       // prepare_commit(), without its search when no copy covers the span.
       if (!out.copies.empty()) {
         prepare_commit(uses, out);
@@ -674,6 +723,10 @@ void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> c
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
     const Copy& c = plan.copies[i];
+    if (c.undo) {
+      commit_undo_write_back(c, copy_events[i]);
+      continue;
+    }
     split_at(c.offset);
     split_at(c.offset + c.size);
     for (auto it = spans_.find(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it) {
@@ -697,7 +750,7 @@ void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) 
     for (bool grew = true; grew && covered < end;) {
       grew = false;
       for (const Copy& c : plan.copies) {
-        if (c.dst == kHost && c.offset <= covered && c.offset + c.size > covered) {
+        if (!c.undo && c.dst == kHost && c.offset <= covered && c.offset + c.size > covered) {
           covered = c.offset + c.size;
           grew = true;
         }
@@ -722,9 +775,57 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   };
   for (auto& [offset, s] : spans_) forget(s);  // each keeps a holder: checked above
   // An undo record left with no holder is lost if its writer fails
-  // (bytes_lost); eviction prefers other storage (undo_names()).
+  // (bytes_lost); eviction takes such storage last (undo_only_at()).
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);
   merge_range(0, size_);
+}
+
+// Whether record `index` (held only at `at`) can be written back to the
+// host copy (plan_undo_write_backs()): its writer is unfinished and runs
+// elsewhere, its copy at `at` did not fail, and the host copy's bytes under
+// it serve nothing else.
+bool RangeVersions::can_write_back_undo(std::size_t index, Location at) const {
+  const Undo& r = undo_[index];
+  if (r.at == at || ops_.done(r.writer) || ops_.failed(r.before.holders[0].ready)) return false;
+  const std::uint64_t end = r.offset + r.size;
+  for (auto it = span_containing(r.offset); it != spans_.end() && it->first < end; ++it)
+    if (holder(it->second, kHost) != nullptr || holder(it->second, at) != nullptr) return false;
+  for (std::size_t j = first_undo_; j < undo_.size(); ++j) {
+    const Undo& o = undo_[j];
+    if (j == index || o.offset + o.size <= r.offset || end <= o.offset) continue;
+    if (holder(o.before, kHost) != nullptr || held_only_at(o, at)) return false;  // the same host bytes
+  }
+  return true;
+}
+
+void RangeVersions::plan_undo_write_backs(Location at, Plan& out) {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    Undo& r = undo_[i];
+    if (!held_only_at(r, at) || !can_write_back_undo(i, at)) continue;
+    Copy c{at, kHost, r.offset, r.size, {}, -1, {}, true};
+    add_unique(c.wait, r.before.holders[0].ready);
+    out.copies.push_back(std::move(c));
+    // Room for commit_undo_write_back(): the record's holder, a reader of
+    // each span over it.
+    make_room(r.before, 1, 0);
+    for (auto it = span_containing(r.offset); it != spans_.end() && it->first < r.offset + r.size; ++it)
+      make_room(it->second, 0, 1);
+  }
+}
+
+// The record plan_undo_write_backs() made `c` for (the one over exactly its
+// bytes held only at c.src: no other over them is) gets `e`'s copy at the
+// host; the spans over them get `e` as a reader, so later writers (at
+// c.src, whose bytes it reads) wait for it.
+void RangeVersions::commit_undo_write_back(const Copy& c, Event e) {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    Undo& r = undo_[i];
+    if (r.offset != c.offset || r.size != c.size || !held_only_at(r, c.src)) continue;
+    set_holder(r.before, kHost, e);
+    for (auto it = span_containing(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it)
+      add_reader(it->second, e);
+    return;
+  }
 }
 
 RangeVersions::WriteBack RangeVersions::write_back_needed(Location at) const {

@@ -87,6 +87,7 @@ class ByteHost final : public Host {
     t.refs -= static_cast<int>(count);
   }
   EventStatus status(Event e) const noexcept override {
+    ++status_calls;
     const Task& t = *static_cast<const Task*>(e);
     if (!t.done) return EventStatus::running;
     // Like PoCL, which keeps no record of whether a failed command started.
@@ -137,6 +138,10 @@ class ByteHost final : public Host {
     return a;
   }
 
+  std::uint64_t capacity(Location at) const noexcept override {
+    return at == kHost ? UINT64_MAX : memory_[at].size();
+  }
+
   void free(Location at, void*, StorageHandle storage, std::uint64_t size,
             std::span<const Event> after) noexcept override {
     if (at == kHost) return;
@@ -185,7 +190,7 @@ class ByteHost final : public Host {
     h.event = &t;
     return h;
   }
-  void submit_copy(CopyHandle copy, std::span<const Event> deps) override {
+  void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept override {
     Task& t = task(copy.event);
     EXPECT_FALSE(t.submitted || t.discarded);
     for (Event e : deps) {
@@ -287,6 +292,7 @@ class ByteHost final : public Host {
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
+  mutable long status_calls = 0;
   Faults faults;
   int failed_waits = 0;  // waits the engine named on events that had failed already
   int injected = 0;      // faults injected

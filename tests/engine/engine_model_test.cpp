@@ -121,6 +121,7 @@ struct Config {
   bool defer_frees = false;  // a host like PoCL (ByteHost::defer_frees)
   Faults faults{};
   std::uint64_t device_bytes = 12 << 10;  // 3-12 of the 8 buffers; any two fit
+  // 8 KiB: any two still fit, but often in no hole (Transaction::compact)
 };
 
 // gtest prints a parameter it cannot name as raw bytes (padding included).
@@ -310,6 +311,9 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
     if (cfg.defer_frees) {
       EXPECT_GT(busy, 0u) << "no enqueue ever had to wait for room";
     }
+    if (cfg.device_bytes <= (8 << 10)) {
+      EXPECT_GT(st.compactions, 0u) << "no command had to move its own buffers to make a hole";
+    }
     sub.clear();
     buffers.clear();
     host.run_all();  // the fences of the buffers' last storage
@@ -359,13 +363,18 @@ INSTANTIATE_TEST_SUITE_P(Configs, EngineModel,
                                            // a host that reports every failure as `failed` (PoCL)
                                            Config{19, 3, true, true, {0.02, 0.02, 0.0, true}},
                                            Config{20, 3, true, false, {0.05, 0.0, 0.0, true}, 64 << 10},
-                                           Config{21, 2, false, true, {0.03, 0.01, 0.0, true}}),
+                                           Config{21, 2, false, true, {0.03, 0.01, 0.0, true}},
+                                           // devices where two buffers fit, but often in no hole
+                                           Config{22, 3, true, false, {}, 8 << 10},
+                                           Config{23, 2, false, true, {}, 8 << 10},
+                                           Config{24, 3, true, false, {0.02, 0.02}, 8 << 10}),
                          [](const ::testing::TestParamInfo<Config>& p) {
                            const Config& c = p.param;
                            return "seed" + std::to_string(c.seed) + "_dev" + std::to_string(c.devices) +
                                   (c.direct_links ? "_d2d" : "") + (c.defer_frees ? "_deferred" : "") +
                                   (c.faults.cancel + c.faults.fail > 0 ? "_faults" : "") +
-                                  (c.faults.resource > 0 ? "_resourced" : "") + (c.faults.report_failed ? "_as_pocl" : "") + (c.device_bytes >= (16 << 10) ? "_roomy" : "");
+                                  (c.faults.resource > 0 ? "_resourced" : "") + (c.faults.report_failed ? "_as_pocl" : "") + (c.device_bytes >= (16 << 10) ? "_roomy" : "") +
+                                  (c.device_bytes <= (8 << 10) ? "_tight" : "");
                          });
 
 }  // namespace

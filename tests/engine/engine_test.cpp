@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -107,6 +108,81 @@ TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
   EXPECT_FALSE(small.valid_at(2, 0, 4096));
   EXPECT_EQ(host_.copies_created, created) << "the copy for `small` is made only once every buffer is placed";
   EXPECT_TRUE(sub_.waits().empty());
+}
+
+// A command whose own buffers together exceed the device fails at once,
+// naming the sizes: nothing evicted for it, no device_busy to wait on
+// (with defer_frees, as in PoCL, an eviction under queued work would
+// have made one), every byte where it was.
+TEST_F(EngineTest, ACommandLargerThanTheDeviceFailsAtOnceEvictingNothing) {
+  host_.defer_frees = true;
+  Buffer& resident = make(4096, true);
+  Task* user = enqueue({{&resident, {0, 4096, Access::read_write}}}, 1);  // not run: its storage stays busy
+  ASSERT_NE(user, nullptr);
+  Buffer& a = make(4096, true);
+  Buffer& b = make(6144, true);
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&a, {0, 4096, Access::read}}, {&b, {0, 6144, Access::read}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, EnqueueError::Code::device_full) << error->message;
+  for (const char* part : {"10240 bytes", "4096-byte", "6144-byte", "8192"})
+    EXPECT_NE(error->message.find(part), std::string::npos) << part << " not in: " << error->message;
+  EXPECT_EQ(engine_->stats().evictions, 0u) << "evicted for a command that could never fit";
+  EXPECT_TRUE(resident.has_storage(1));
+  EXPECT_TRUE(sub_.waits().empty()) << "nothing to wait for: waiting cannot make room";
+  // One of them alone fits, next to the resident buffer.
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  EXPECT_TRUE(resident.valid_at(1, 0, 4096));
+}
+
+// Device 1 (8 KiB) holds A, X, B, Y (2 KiB each, in that order); X and Y
+// can go, leaving two 2 KiB holes: a command on A, B and a new 4 KiB C fits
+// the device but no hole. Its own buffers are moved: written back (their
+// bytes were only there; the enqueue waits for that), evicted, and
+// everything placed again, the largest first; their bytes come back.
+TEST_F(EngineTest, ACommandThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
+  auto write = [&](Buffer& b, std::uint8_t v) {
+    Task& cmd = host_.command(nullptr);
+    ASSERT_FALSE(engine_->enqueue({{{&b, {0, b.size(), Access::overwrite}}}}, 1, &cmd, sub_));
+    std::uint8_t* at = host_.bytes(1, sub_.storage()[0]);
+    cmd.work = [at, v, n = b.size()] { std::memset(at, v, n); };
+    host_.start(cmd, sub_.waits());
+    sub_.clear();
+  };
+  Buffer& a = make(2048, false);
+  Buffer& x = make(2048, true);
+  Buffer& b = make(2048, false);
+  Buffer& y = make(2048, true);
+  write(a, 0xA1);
+  ASSERT_NE(enqueue({{&x, {0, 2048, Access::read}}}, 1), nullptr);
+  write(b, 0xB2);
+  ASSERT_NE(enqueue({{&y, {0, 2048, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  Buffer& c = make(4096, false);
+  const std::vector<BufferUse> uses = {
+      {&a, {0, 2048, Access::read}}, {&b, {0, 2048, Access::read_write}}, {&c, {0, 4096, Access::overwrite}}};
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue(uses, 1, &error), nullptr);
+  ASSERT_TRUE(error.has_value());
+  ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  EXPECT_NE(error->message.find("holes"), std::string::npos) << error->message;
+  const std::vector<Event> write_backs(sub_.waits().begin(), sub_.waits().end());
+  EXPECT_EQ(write_backs.size(), 2u) << "A's and B's bytes, valid only on the device";
+  ASSERT_TRUE(host_.run_until_done(write_backs));
+  sub_.clear();
+  Task* cmd = enqueue(uses, 1, &error);
+  ASSERT_NE(cmd, nullptr) << error->message;
+  const std::vector<StorageHandle> at(sub_.storage().begin(), sub_.storage().end());
+  host_.run_all();
+  EXPECT_GE(engine_->stats().compactions, 1u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_FALSE(x.has_storage(1));
+  EXPECT_FALSE(y.has_storage(1));
+  const std::uint8_t* a_bytes = host_.bytes(1, at[0]);
+  const std::uint8_t* b_bytes = host_.bytes(1, at[1]);
+  EXPECT_TRUE(std::all_of(a_bytes, a_bytes + 2048, [](std::uint8_t v) { return v == 0xA1; })) << "A's bytes";
+  EXPECT_TRUE(std::all_of(b_bytes, b_bytes + 2048, [](std::uint8_t v) { return v == 0xB2; })) << "B's bytes";
 }
 
 TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {
@@ -242,6 +318,86 @@ TEST_F(EngineTest, AFailedWriteBackKeepsTheStorageAndTheBytes) {
   host_.run_all();
 }
 
+// Storage that holds the only copy of what a queued writer's failure goes
+// back to (its undo record) is evicted last: a clean buffer used later goes
+// first, and when the writer fails, its buffer reads back as it was.
+TEST_F(EngineTest, EvictionKeepsTheOnlyCopyOfContentAQueuedWriterMayGoBackTo) {
+  Buffer& old_content = make(4096, false);
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::overwrite}}}, 1), nullptr);
+  const StorageHandle storage = sub_.storage()[0];
+  host_.run_all();
+  std::fill_n(host_.bytes(1, storage), 4096, 0x42);  // what the command wrote: only on device 1
+  // A writer at the host, gated: until it ends, device 1 holds the only
+  // copy of what its failure goes back to (and no current bytes), and the
+  // host copy's bytes are the writer's (that content cannot be written
+  // back there).
+  Task& gate = host_.user_event();
+  Task& writer = host_.command(nullptr);
+  const std::vector<BufferUse> overwrite{{&old_content, {0, 4096, Access::overwrite}}};
+  ASSERT_FALSE(engine_->enqueue(overwrite, kHost, &writer, sub_));
+  const std::vector<Task*> gated{&gate};
+  host_.start(writer, sub_.waits(), gated);
+  Buffer& clean = make(4096, true);  // valid at the host, used on device 1 after old_content
+  Task* reader = enqueue({{&clean, {0, 4096, Access::read}}}, 1);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(host_.run_until_done(std::vector<Event>{reader}));
+  Buffer& next = make(4096, true);  // device 1 is full: one of the two goes
+  ASSERT_NE(enqueue({{&next, {0, 4096, Access::read}}}, 1), nullptr);
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_FALSE(clean.has_storage(1)) << "the clean buffer, although used later";
+  EXPECT_TRUE(old_content.has_storage(1));
+  host_.end_user(gate, false);  // the writer never runs: old_content goes back to device 1's bytes
+  host_.run_all();
+  ASSERT_TRUE(writer.failed());
+  ASSERT_NE(enqueue({{&old_content, {0, 4096, Access::read}}}, kHost), nullptr);
+  host_.run_all();
+  EXPECT_EQ(old_content.bytes_lost(), 0u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_EQ(cookies_[0]->host_copy, std::vector<std::uint8_t>(4096, 0x42));
+}
+
+// When every buffer that could go holds the only copy of what a queued
+// writer's failure goes back to, that content is written back to the host
+// copy before its storage goes (the storage kept until then, as for the
+// current bytes), and the writers' failure finds it there.
+TEST_F(EngineTest, EvictionWritesBackWhatAQueuedWritersFailureGoesBackTo) {
+  Task& gate = host_.user_event();
+  const std::vector<Task*> gated{&gate};
+  std::vector<Buffer*> held;
+  for (std::uint8_t i = 0; i < 2; ++i) {  // device 1 full of them
+    Buffer& b = make(4096, false);
+    Task* made = enqueue({{&b, {0, 4096, Access::overwrite}}}, 1);
+    ASSERT_NE(made, nullptr);
+    const StorageHandle storage = sub_.storage()[0];
+    ASSERT_TRUE(host_.run_until_done(std::vector<Event>{made}));
+    std::fill_n(host_.bytes(1, storage), 4096, static_cast<std::uint8_t>(0x42 + i));  // only on device 1
+    Task& writer = host_.command(nullptr);  // on device 2, gated
+    const std::vector<BufferUse> overwrite{{&b, {0, 4096, Access::overwrite}}};
+    ASSERT_FALSE(engine_->enqueue(overwrite, 2, &writer, sub_));
+    host_.start(writer, sub_.waits(), gated);
+    held.push_back(&b);
+  }
+  // As the runtime does: on device_busy, wait for the write-backs and try again.
+  Buffer& next = make(4096, true);
+  std::optional<EnqueueError> error;
+  for (int attempt = 0; attempt < 3 && enqueue({{&next, {0, 4096, Access::read}}}, 1, &error) == nullptr; ++attempt) {
+    ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+    const std::vector<Event> write_backs(sub_.waits().begin(), sub_.waits().end());
+    ASSERT_TRUE(host_.run_until_done(write_backs));
+    sub_.clear();
+  }
+  ASSERT_TRUE(next.has_storage(1));
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  host_.end_user(gate, false);  // the writers never run: each buffer goes back to its content before
+  host_.run_all();
+  for (std::uint8_t i = 0; i < 2; ++i) {
+    ASSERT_NE(enqueue({{held[i], {0, 4096, Access::read}}}, kHost), nullptr);
+    host_.run_all();
+    EXPECT_EQ(cookies_[i]->host_copy, std::vector<std::uint8_t>(4096, static_cast<std::uint8_t>(0x42 + i)));
+  }
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+}
+
 TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
   Buffer& a = make(4096, false);
   Buffer& b = make(4096, false);
@@ -326,6 +482,55 @@ TEST_F(EngineTest, ADestroyedBufferGivesItsStorageBack) {
   }
   EXPECT_EQ(host_.live_storage, 0);
   host_.run_all();
+}
+
+// An enqueue's cost must not grow with the commands queued on its buffers
+// (none of them run here): the host calls it makes (status looks, reference
+// counts), per enqueue, are alike between 4,096 and 8,192 queued and
+// between 8,192 and 16,384, for queued readers, writers and both in turn.
+// (They rise before that, up to bounds: readers are pruned at powers of
+// two, and from 1,024 unfinished writes on, each write forgets its
+// buffer's oldest undo record.) A list of queued readers scanned or pruned
+// at each enqueue doubles the figure from one window to the next.
+TEST_F(EngineTest, AnEnqueueCostsTheSameWhateverIsQueued) {
+  for (int mix = 0; mix < 3; ++mix) {
+    SCOPED_TRACE(mix == 0 ? "readers" : mix == 1 ? "writers" : "readers and writers in turn");
+    std::vector<BufferUse> reads, writes;
+    for (int i = 0; i < 4; ++i) {
+      Buffer& b = make(256, true);
+      reads.push_back({&b, {0, 256, Access::read}});
+      writes.push_back({&b, {0, 256, Access::read_write}});
+    }
+    ASSERT_NE(enqueue(writes, 1), nullptr);
+    host_.run_all();  // valid on device 1: nothing migrates from here on
+    auto steps = [&] { return host_.status_calls + host_.reference_calls; };
+    long at_4096 = 0, at_8192 = 0;
+    for (int n = 1; n <= 16384; ++n) {
+      const bool write = mix == 1 || (mix == 2 && n % 2 == 0);
+      ASSERT_NE(enqueue(write ? writes : reads, 1), nullptr) << "enqueue " << n;
+      sub_.clear();
+      if (n == 4096) at_4096 = steps();
+      if (n == 8192) at_8192 = steps();
+    }
+    const double middle = static_cast<double>(at_8192 - at_4096) / 4096;
+    const double last = static_cast<double>(steps() - at_8192) / 8192;
+    EXPECT_GT(middle, 0);
+    EXPECT_LT(last, 1.2 * middle) << "host calls per enqueue: " << middle << " with 4,096 to 8,192 queued, " << last
+                                  << " with 8,192 to 16,384";
+    if (mix == 0) {
+      // A writer now waits for every queued reader, each named once (the
+      // four buffers name each reader four times).
+      Task& w = host_.command(nullptr);
+      ASSERT_FALSE(engine_->enqueue(writes, 1, &w, sub_));
+      std::vector<Event> waits(sub_.waits().begin(), sub_.waits().end());
+      std::sort(waits.begin(), waits.end());
+      EXPECT_EQ(std::adjacent_find(waits.begin(), waits.end()), waits.end()) << "a wait named twice";
+      EXPECT_EQ(waits.size(), 16384u);
+      host_.start(w, sub_.waits());
+      sub_.clear();
+    }
+    host_.run_all();
+  }
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ class CountingHost final : public memlayer::engine::Host {
   void free(memlayer::engine::Location, void*, memlayer::engine::StorageHandle, std::uint64_t,
             std::span<const Event>) noexcept override {}
   memlayer::engine::CopyHandle create_copy(const memlayer::engine::CopyRequest&) override { return {}; }
-  void submit_copy(memlayer::engine::CopyHandle, std::span<const Event>) override {}
+  void submit_copy(memlayer::engine::CopyHandle, std::span<const Event>) noexcept override {}
   void discard_copy(memlayer::engine::CopyHandle) noexcept override {}
   const memlayer::migration::CostModel& cost_model() const noexcept override { return cost_; }
 

@@ -2,7 +2,8 @@
 // range_versions_failure_test.cpp): one RangeVersions over events that are
 // small integers dressed as pointers, their references counted (and checked
 // balanced at the end), their status whatever the test sets (running until
-// then).
+// then). Planner is the same outside a fixture, for a test that builds one
+// buffer per attempt (range_versions_alloc_failure_test.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,14 +20,14 @@ namespace memlayer::migration::testing {
 
 inline Event ev(int id) { return reinterpret_cast<Event>(static_cast<std::uintptr_t>(id) * 16); }
 
-class PlannerTest : public ::testing::Test {
- protected:
+class Planner {
+ public:
   struct Events {
     std::map<Event, int> refs;
     std::map<Event, EventStatus> status;  // absent: running
   };
 
-  PlannerTest() {
+  Planner() {
     ops_.context = &events_;
     ops_.retain = [](void* c, Event e) { ++static_cast<Events*>(c)->refs[e]; };
     ops_.release = [](void* c, Event e) { --static_cast<Events*>(c)->refs[e]; };
@@ -36,7 +37,9 @@ class PlannerTest : public ::testing::Test {
       return static_cast<int>(it == st.end() ? EventStatus::running : it->second);
     };
   }
-  ~PlannerTest() override {
+  Planner(const Planner&) = delete;  // ops_ points at events_
+  Planner& operator=(const Planner&) = delete;
+  ~Planner() {
     buffer_.reset();
     for (auto& [e, n] : events_.refs) EXPECT_EQ(n, 0) << "unbalanced references to event " << e;
   }
@@ -70,5 +73,7 @@ class PlannerTest : public ::testing::Test {
   std::optional<RangeVersions> buffer_;
   int next_copy_ = 1000;
 };
+
+class PlannerTest : public ::testing::Test, protected Planner {};
 
 }  // namespace memlayer::migration::testing

@@ -164,16 +164,50 @@ TEST_F(Failures, EvictionWritesBackBytesWhoseOtherCopyIsStillInFlight) {
   EXPECT_EQ(buffer_->bytes_lost(), 0u);
 }
 
-TEST_F(Failures, UndoStatesNameTheirStorageUntilTheWriterCompletes) {
+// Evicting the only copy of what a queued writer's failure goes back to
+// writes it back to the host copy first, where the host copy's bytes serve
+// nothing else; the writer's failure then finds it there.
+TEST_F(Failures, UndoContentOnlyInEvictedStorageIsWrittenBackFirst) {
   make(4096);
   run({{0, 4096, Access::overwrite}}, 1, ev(1));
   set(ev(1), EventStatus::completed);
-  run({{0, 4096, Access::overwrite}}, 2, ev(2));
-  EXPECT_TRUE(buffer_->undo_names(1)) << "device 1 holds what ev(2) would go back to";
-  EXPECT_FALSE(buffer_->undo_names(2));
+  run({{0, 4096, Access::overwrite}}, 2, ev(2));  // device 1 holds what ev(2) would go back to
+  EXPECT_FALSE(buffer_->undo_only_at(1)) << "it can be written back: nothing is lost";
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  EXPECT_TRUE(p.copies.empty()) << "device 1 holds no current bytes";
+  buffer_->plan_undo_write_backs(1, p);
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_TRUE(p.copies[0].undo);
+  EXPECT_EQ(p.copies[0].src, 1u);
+  EXPECT_EQ(p.copies[0].dst, kHost);
+  EXPECT_EQ(p.copies[0].size, 4096u);
+  buffer_->commit_evict(p, std::vector<Event>{ev(50)}, 1);
+  set(ev(2), EventStatus::cancelled);
+  set(ev(50), EventStatus::completed);
+  Plan r = run({{0, 4096, Access::read}}, 2, ev(3));
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].src, kHost) << "the content before ev(2), written back";
+  EXPECT_EQ(buffer_->bytes_lost(), 0u);
+}
+
+// Where the host copy's bytes are a queued writer's, the content before it
+// cannot go there: evicting its only copy would lose it should the writer
+// fail (undo_only_at(): eviction takes that storage last).
+TEST_F(Failures, UndoContentWhoseHostBytesAreInUseIsNotWrittenBack) {
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));
+  set(ev(1), EventStatus::completed);
+  run({{0, 4096, Access::overwrite}}, kHost, ev(2));
+  EXPECT_TRUE(buffer_->undo_only_at(1)) << "device 1 holds the only copy of what ev(2) would go back to";
+  EXPECT_FALSE(buffer_->undo_only_at(2));
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  buffer_->plan_undo_write_backs(1, p);
+  EXPECT_TRUE(p.copies.empty());
   set(ev(2), EventStatus::completed);
   run({{0, 4096, Access::read}}, 2, ev(3));  // settles
-  EXPECT_FALSE(buffer_->undo_names(1));
+  EXPECT_FALSE(buffer_->undo_only_at(1));
 }
 
 TEST_F(Failures, ACompletedWriterReusesTheUndoStateAndDropsItsReferences) {

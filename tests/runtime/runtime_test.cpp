@@ -11,6 +11,7 @@
 #include <future>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -355,6 +356,28 @@ TEST(Runtime, WorkingSetTwiceTheDeviceMemoryRunsByEviction) {
   EXPECT_GT(rig.ctx->stats().write_backs, 0u);
 }
 
+// Buffers that fit one by one but not together: the kernel fails at once,
+// naming their sizes, and nothing is evicted (or written back) for it.
+TEST(Runtime, AKernelWhoseBuffersTogetherExceedTheDeviceFailsAtOnceEvictingNothing) {
+  drivers::SimOptions o;
+  o.memory_size = 1 << 20;
+  Rig rig = make_rig(1, o);
+  Buffer resident = buffer(*rig.ctx, 256 << 10);
+  const auto data = pattern(256 << 10, 5);
+  ASSERT_TRUE(rig.queues[0]->enqueue_write(resident, 0, data.size(), data.data(), true).ok());  // only on the device
+  Buffer a = buffer(*rig.ctx, 600 << 10);
+  Buffer b = buffer(*rig.ctx, 600 << 10);
+  auto r = rig.queues[0]->enqueue_kernel([](std::span<void* const>) { return Status{}; },
+                                         std::vector<KernelArg>{{a, Access::read}, {b, Access::read}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, cl::kMemObjectAllocationFailure);
+  for (const char* part : {"1228800 bytes", "614400-byte", "1048576"})
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << part << " not in: " << r.error().message;
+  EXPECT_EQ(rig.ctx->stats().evictions, 0u);
+  EXPECT_EQ(rig.ctx->stats().write_backs, 0u);
+  EXPECT_EQ(read_all(*rig.queues[0], resident), data);
+}
+
 TEST(Runtime, TooBigForTheDeviceFailsCleanlyAndLeavesNoTrace) {
   drivers::SimOptions o;
   o.memory_size = 1 << 20;
@@ -452,6 +475,71 @@ TEST(Runtime, ContentOnlyWhereAKernelFailedHalfWayIsCountedLost) {
   const auto again = pattern(4096, 8);
   ASSERT_TRUE(rig.queues[1]->enqueue_write(b, 0, 4096, again.data(), true).ok());
   EXPECT_EQ(read_all(*rig.queues[0], b), again);
+}
+
+namespace {
+
+// A rig of two sim devices whose first (location 1) fails its transfer
+// number `fail_transfer` (1-based) once, and a 16 x 16 buffer made by a
+// kernel there: its only copy (a kernel moves nothing).
+struct OnlyOnFaultyDevice {
+  Rig rig;
+  std::optional<Buffer> b;
+  std::vector<std::uint8_t> data = pattern(256, 5);
+
+  explicit OnlyOnFaultyDevice(std::uint64_t fail_transfer) {
+    drivers::SimOptions faulty;
+    faulty.fail_transfer_number = fail_transfer;
+    rig = make_rig_each({faulty, {}});
+    b = buffer(*rig.ctx, data.size());
+    auto make = [this](std::span<void* const> p) {
+      std::memcpy(p[0], data.data(), data.size());
+      return Status{};
+    };
+    EXPECT_EQ(rig.queues[0]->enqueue_kernel(make, std::vector<KernelArg>{{*b, Access::overwrite}}).value().wait(),
+              cl::kComplete);
+  }
+};
+
+}  // namespace
+
+// A user's write that fails before it moves a byte (the sim's injected
+// faults: Status::error_before_start) changes nothing: the device where it
+// ran held the only copy of the bytes it was to write, and they keep what
+// they held (taken as half-written, they were counted lost and undefined).
+TEST(Runtime, AWriteThatFailsBeforeItStartsKeepsTheOnlyCopyOfItsBytes) {
+  OnlyOnFaultyDevice t(1);  // the write below
+  const auto other = pattern(128, 77);
+  Event w = t.rig.queues[0]->enqueue_write(*t.b, 64, other.size(), other.data(), false).value();
+  EXPECT_EQ(w.wait(), cl::kOutOfResources);
+  EXPECT_NE(w.error_message().find("injected"), std::string::npos) << "the failure is the user's to see";
+  EXPECT_EQ(read_all(*t.rig.queues[1], *t.b), t.data) << "the old bytes, moved from device 0";
+  EXPECT_EQ(t.rig.ctx->stats().bytes_lost, 0u);
+  EXPECT_EQ(t.b->bytes_lost(), 0u);
+}
+
+// A box written row by row: a row that fails after another was written is
+// tried again, so the box is not left half-written over the only copy of
+// its bytes (the gaps between its rows included); a failed first row
+// changes nothing, and fails the command.
+TEST(Runtime, ARectWriteIsNeverLeftHalfWrittenByOneFailedRow) {
+  const RectLayout left{{0, 2, 0}, 16, 0};  // the left half of rows 2..9
+  const std::vector<std::uint8_t> ones(8 * 8, 1);
+  {
+    OnlyOnFaultyDevice t(2);  // the second row, once
+    Event w = t.rig.queues[0]->enqueue_write_rect(*t.b, left, {}, {8, 8, 1}, ones.data(), false).value();
+    EXPECT_EQ(w.wait(), cl::kComplete) << w.error_message();
+    for (std::uint64_t y = 2; y < 10; ++y) std::memset(t.data.data() + y * 16, 1, 8);
+    EXPECT_EQ(read_all(*t.rig.queues[1], *t.b), t.data);
+    EXPECT_EQ(t.rig.ctx->stats().bytes_lost, 0u);
+  }
+  {
+    OnlyOnFaultyDevice t(1);  // the first row
+    Event w = t.rig.queues[0]->enqueue_write_rect(*t.b, left, {}, {8, 8, 1}, ones.data(), false).value();
+    EXPECT_EQ(w.wait(), cl::kOutOfResources);
+    EXPECT_EQ(read_all(*t.rig.queues[1], *t.b), t.data);
+    EXPECT_EQ(t.rig.ctx->stats().bytes_lost, 0u);
+  }
 }
 
 // A hidden migration is tried again when its transfer fails; the user's own

@@ -192,9 +192,11 @@ class PoclHost final : public memlayer::engine::Host {
   bool can_evict(void* cookie, Location at) const noexcept override;
   CopyHandle create_copy(const CopyRequest& r) override;
   void record_fallbacks(const CopyRequest& r, cl_event ev);
-  void submit_copy(CopyHandle copy, std::span<const Event> deps) override;
+  void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept override;
   void discard_copy(CopyHandle copy) noexcept override;
   const memlayer::migration::CostModel& cost_model() const noexcept override;
+  std::uint64_t capacity(Location at) const noexcept override;
+  std::string location_name(Location at) const override;
 
   // Frees every deferred storage whose users have all finished.
   void collect();
@@ -498,7 +500,7 @@ class HeldFailures {
 
 HeldFailures& held_failures();
 
-void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) {
+void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept {
   auto& pending = *static_cast<PendingCopy*>(copy.host_data.get());
   cl_event ev = event_of(copy.event);
   // The same events as the request's `after`: create_copy reserved a link
@@ -517,6 +519,19 @@ void PoclHost::discard_copy(CopyHandle copy) noexcept {
 }
 
 const memlayer::migration::CostModel& PoclHost::cost_model() const noexcept { return cs_.cost; }
+
+// The device's global memory (a memlayer device's arena: its global_mem
+// parameter).
+std::uint64_t PoclHost::capacity(Location at) const noexcept {
+  cl_device_id dev = at == kHost ? nullptr : cs_.device(at);
+  return dev == nullptr ? UINT64_MAX : dev->global_mem_size;
+}
+
+std::string PoclHost::location_name(Location at) const {
+  cl_device_id dev = at == kHost ? nullptr : cs_.device(at);
+  if (dev == nullptr) return Host::location_name(at);
+  return std::string(dev->short_name) + " (location " + std::to_string(at) + ")";
+}
 
 // ---- per-context state ----------------------------------------------------------
 

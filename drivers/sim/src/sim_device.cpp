@@ -129,7 +129,8 @@ Status SimDevice::maybe_fail_transfer(const char* op) {
   const std::uint64_t n = transfers_.fetch_add(1);
   const auto fault = [&](const std::string& why) {
     faults_injected_.fetch_add(1);
-    return Status::error(kOutOfResources, info_.name + ": " + op + " failed (injected: " + why + ")");
+    // Before any byte moves: the destination keeps what it held.
+    return Status::error_before_start(kOutOfResources, info_.name + ": " + op + " failed (injected: " + why + ")");
   };
   if (n < burst_end_.load()) return fault("in a burst of " + std::to_string(options_.fault_burst));
   // A fault of its own starts a burst: the next fault_burst - 1 transfers fail too.

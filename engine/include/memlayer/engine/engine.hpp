@@ -3,7 +3,9 @@
 // One engine serves one context of a runtime (its Host, host.hpp). For each
 // command the runtime hands it the command's buffer uses and the location the
 // command runs at; the engine then, all or nothing:
-//   1. finds or allocates each buffer's storage there; when the location is
+//   1. finds or allocates each buffer's storage there, the largest first
+//      (a command whose buffers cannot fit the location together fails at
+//      once: Host::capacity); when the location is
 //      full it evicts a buffer the command does not use, one with nothing
 //      to write back first, then the least recently used: the storage is
 //      handed back to the host with the events that must finish before
@@ -11,7 +13,9 @@
 //      written back to the host copy first, asynchronously, and keeps its
 //      storage until they have completed: a write-back that fails loses
 //      nothing. If nothing else makes room, the enqueue reports
-//      `device_busy` with the write-backs to wait for;
+//      `device_busy` with the write-backs to wait for. When the space is
+//      there but cut into holes by the command's own buffers, those are
+//      moved (evicted, placed again, brought back by the plan);
 //   2. plans each buffer (migration::RangeVersions::plan: which stale bytes
 //      must come from where, what the command must wait for);
 //   3. has the host create the copies (unstarted);
@@ -126,7 +130,6 @@ class Buffer {
   // holds this buffer's lock, if any (ops_.batch); else to the host at once.
   void hold(Event e, int n = 1) const { ops_.hold(e, n); }
   void drop(Event e, int n = 1) const { ops_.drop(e, n); }
-  [[nodiscard]] bool host_finished(Event e) const;
   static migration::EventOps ops_of(Host& host);
 
   Engine& engine_;
@@ -156,6 +159,9 @@ struct EngineStats {
   std::uint64_t evictions = 0;
   std::uint64_t write_backs = 0;  ///< write-backs made for evictions: bytes valid nowhere else, copied first
   std::uint64_t bytes_written_back = 0;
+  /// Enqueues that found their location's free space cut into holes too
+  /// small and moved the command's own buffers to make one.
+  std::uint64_t compactions = 0;
   /// Bytes a failed command's undo found held nowhere any more: undefined
   /// since (migration/range_versions.hpp, failures).
   std::uint64_t bytes_lost = 0;
@@ -172,8 +178,11 @@ struct EnqueueError {
     /// with no enqueue of this thread in progress, then enqueue again (a
     /// write-back that failed is made again then: bound the tries).
     device_busy,
-    host_out_of_memory,  ///< no host memory for the engine's records or a host copy
-    host_failed,         ///< the host refused an allocation or a copy (Allocation::error)
+    host_out_of_memory,  ///< no host memory for the engine's records or a host copy (std::bad_alloc)
+    /// The host refused an allocation (Allocation::error), or a host call or
+    /// the planner threw something other than std::bad_alloc (the message
+    /// carries its what()).
+    host_failed,
   };
   Code code;
   std::string message;
@@ -227,7 +236,8 @@ class Engine {
   /// on an error it drops it: nothing refers to it.
   /// Preconditions: each use lies within its buffer and has a size > 0;
   /// at < migration::kMaxLocations; the buffers belong to this engine.
-  /// Errors: EnqueueError (see there), with nothing of this enqueue left.
+  /// Errors: EnqueueError (see there), with nothing of this enqueue left;
+  /// an exception a host call throws is reported so, never let through.
   /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
   /// buffer address, or name the same buffers in the same order as this
   /// Submission's previous enqueue: a kernel enqueued again), plus the
@@ -258,7 +268,7 @@ class Engine {
   std::atomic<std::uint64_t> stamp_{0};
   struct Counters {
     std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
-        evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0};
+        evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0}, compactions{0};
   } counters_;
 };
 

@@ -156,6 +156,13 @@ class Host {
   virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
                     std::span<const Event> after) noexcept = 0;
 
+  /// The most bytes of buffers location `at` (a device) can ever hold at
+  /// once: its memory, less what the host keeps for itself. A command
+  /// whose buffers need more than this together fails at once
+  /// (`device_full`, naming the sizes), evicting nothing and waiting for
+  /// no room. O(1). The default: no limit known.
+  [[nodiscard]] virtual std::uint64_t capacity(Location /*at*/) const noexcept { return UINT64_MAX; }
+
   /// Whether eviction may take buffer `cookie`'s storage at `at` now (false:
   /// the host has handed out a pointer into it, a mapping). O(1); called
   /// under engine locks. The default: always.
@@ -172,13 +179,21 @@ class Host {
   /// then be freed at once (`completed`).
   virtual CopyHandle create_copy(const CopyRequest& request) = 0;
   /// Starts a copy after `deps` (retained by the engine for the call; the
-  /// same events as its request's `after`). It must not fail: the engine
-  /// has recorded the copy's effects by then, so what starting it needs is
-  /// made in create_copy() (out of host memory there, the enqueue fails
-  /// cleanly).
-  virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) = 0;
+  /// same events as its request's `after`). It cannot fail: the engine has
+  /// recorded the copy's effects by then, so what starting it needs is made
+  /// in create_copy() (out of host memory there, the enqueue fails
+  /// cleanly). A copy that cannot run after all must end failed, so that
+  /// what waits for it fails too (its bytes are then not where the engine
+  /// recorded them: a failed copy leaves none).
+  virtual void submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept = 0;
   /// Drops a copy that will never run (its enqueue failed).
   virtual void discard_copy(CopyHandle copy) noexcept = 0;
+
+  /// What the engine's error messages call `at`: "the host copy" for
+  /// migration::kHost, else a device's name. The default: "location N".
+  [[nodiscard]] virtual std::string location_name(Location at) const {
+    return at == migration::kHost ? std::string("the host copy") : "location " + std::to_string(at);
+  }
 
   // ---- paths --------------------------------------------------------------
   /// What moving bytes costs between two locations, and which direct

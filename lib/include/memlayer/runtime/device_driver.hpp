@@ -22,7 +22,12 @@
 //
 // Errors come back as a Status: an OpenCL error code (negative) and a message
 // naming the problem. A failed operation fails its command, and memlayer
-// fails every command that depends on it. A driver must not throw.
+// fails every command that depends on it. A driver must not throw. An
+// operation that fails before it has written a byte says so
+// (Status::error_before_start): the bytes it was to write then keep what
+// they held, and memlayer loses nothing when they were held only there; any
+// other failure may have written part of them, so memlayer trusts nothing
+// the operation was to write at that location.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,14 @@
 // and nothing changed: kInvalidValue / kInvalidMemObject / kInvalidOperation
 // for bad arguments (named in the message), kInvalidEventWaitList for an
 // empty event in the wait list, kMemObjectAllocationFailure when the device
-// cannot hold a buffer even after evicting what it can.
+// cannot hold a buffer even after evicting what it can, kOutOfHostMemory
+// when host memory runs out (no exception comes out of an enqueue). Out of
+// host memory, one case differs: a command whose list of waits, known only
+// once memlayer has ordered it after the commands before it, needs more
+// memory than was set aside (doc/runtime.md, host memory) is failed without
+// running (its event ends with kOutOfHostMemory) and the enqueue returns
+// that error: its bytes stay as they were, and a command another thread
+// enqueued after it meanwhile fails as after any failed command.
 //
 // Thread-safety: any thread may enqueue on any queue at any time.
 #pragma once

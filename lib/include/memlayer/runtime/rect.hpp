@@ -82,12 +82,21 @@ class RectBox {
 bool overlap(const RectBox& a, std::uint64_t a_base, const RectBox& b, std::uint64_t b_base);
 
 /// Calls f(a_row, b_row) -> Status for the rows of two boxes of one region,
-/// row by row in order, and stops at the first failure, returning it.
+/// row by row in order, and stops at the first failure, returning it: one
+/// that changed nothing (Status::changed_nothing) only if no row before it
+/// was done.
 template <class F>
 Status for_each_row_pair(const RectBox& a, const RectBox& b, F&& f) {
-  for (std::uint64_t z = 0; z < a.region()[2]; ++z)
-    for (std::uint64_t y = 0; y < a.region()[1]; ++y)
-      if (Status s = f(a.row_offset(y, z), b.row_offset(y, z)); !s.ok()) return s;
+  bool first = true;
+  for (std::uint64_t z = 0; z < a.region()[2]; ++z) {
+    for (std::uint64_t y = 0; y < a.region()[1]; ++y) {
+      if (Status s = f(a.row_offset(y, z), b.row_offset(y, z)); !s.ok()) {
+        s.changed_nothing = s.changed_nothing && first;
+        return s;
+      }
+      first = false;
+    }
+  }
   return Status{};
 }
 

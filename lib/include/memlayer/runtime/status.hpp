@@ -43,10 +43,19 @@ inline constexpr int kQueued = 3;
 struct Status {
   int code = 0;
   std::string message;
+  /// A failure that changed no byte the operation was to write: it failed
+  /// before it started (a transfer refused before moving anything). The
+  /// command it fails then counts as one that never ran, so the bytes it
+  /// was to write keep their content before it, also where it ran
+  /// (doc/runtime.md, failures); without it a failed command may have
+  /// written part of them there, and their content only there is lost.
+  bool changed_nothing = false;
 
   [[nodiscard]] bool ok() const noexcept { return code == 0; }
   static Status success() { return {}; }
   static Status error(int code, std::string message) { return Status{code, std::move(message)}; }
+  /// A failure that changed nothing (changed_nothing).
+  static Status error_before_start(int code, std::string message) { return Status{code, std::move(message), true}; }
 };
 
 /// A value or a Status: the runtime's fallible calls return this.

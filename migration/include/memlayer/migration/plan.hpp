@@ -29,6 +29,10 @@ struct Copy {
   /// as a reader of the range, so later writers wait for it, and so does
   /// eviction of any copy of it (RangeVersions::plan_evict).
   LocationSet also;
+  /// A write-back of content an unfinished writer's undo record holds only
+  /// at `src` (what that writer's failure goes back to), not of the current
+  /// version: RangeVersions::plan_undo_write_backs().
+  bool undo = false;
 };
 
 /// The planner's decision for one command's use of one buffer: the copies to

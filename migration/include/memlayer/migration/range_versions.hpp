@@ -100,7 +100,9 @@ class RangeVersions {
   /// It also makes all the room commit() will need (cutting spans where the
   /// uses and copies begin and end, into identical halves), so that
   /// commit() allocates nothing. Throws std::bad_alloc out of host memory,
-  /// with no content changed. Complexity O(log spans + spans touched ×
+  /// with no content changed: what it settled stays settled, each failed
+  /// writer's undo record put back whole or not at all (the next plan puts
+  /// back the rest). Complexity O(log spans + spans touched ×
   /// (locations + readers + unfinished writers)).
   void plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out);
 
@@ -119,11 +121,27 @@ class RangeVersions {
   /// to the host first. `out.wait` lists what must finish before the storage
   /// at `at` may be freed or reused (its readers and whatever fills it).
   /// A span held elsewhere only by copies still in flight is written back
-  /// too: those copies may yet fail. Settles every span first (as plan());
-  /// changes no version. Makes the room commit_write_back() and
-  /// commit_evict() need, so that they allocate nothing; throws
-  /// std::bad_alloc out of host memory. O(spans).
+  /// too: those copies may yet fail. Settles every span first (as plan(),
+  /// and as whole out of host memory); changes no version. Makes the room
+  /// commit_write_back() and commit_evict() need, so that they allocate
+  /// nothing; throws std::bad_alloc out of host memory. O(spans).
   void plan_evict(Location at, const CostModel& cost, Plan& out);
+
+  /// Adds to `out`, a plan_evict(at) plan, the write-backs that keep what an
+  /// unfinished writer's failure goes back to when `at` is evicted: content
+  /// its undo record holds only at `at` (Copy::undo), to the host copy.
+  /// Only where the host copy's bytes serve nothing else (no current
+  /// version held there or at `at` over them, no other unfinished record
+  /// over them naming the host) and the writer does not run at `at` (it may
+  /// be writing those bytes); what it cannot save stays lost if the writer
+  /// fails (undo_only_at()). commit_write_back() and commit_evict() make
+  /// each the record's copy at the host, and a reader of the bytes (later
+  /// writers wait for it). The runtime must keep every later write of the
+  /// host copy after these copies (the engine fences the host storage with
+  /// them). Makes the room the commits need; throws std::bad_alloc out of
+  /// host memory. O(unfinished writers), and O(unfinished writers ×
+  /// records over the bytes) for each record held only at `at`.
+  void plan_undo_write_backs(Location at, Plan& out);
 
   /// Records an eviction planned by plan_evict(): the write-backs become the
   /// host's copies and `at` holds nothing any more. A write-back that fails
@@ -158,11 +176,18 @@ class RangeVersions {
   /// have to write back). O(spans).
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
 
-  /// True when some span could still go back to content held at `at`: an
-  /// unfinished writer's undo state names it. Evicting `at` then loses that
-  /// content if the writer fails (bytes_lost()), so eviction prefers other
-  /// storage. Complexity O(spans × unfinished writers).
-  [[nodiscard]] bool undo_names(Location at) const;
+  /// True when some span could still go back to content held only at
+  /// `at`: an unfinished writer's undo record holds it nowhere else.
+  /// Evicting `at` then loses that content if the writer fails
+  /// (bytes_lost()), so eviction takes such storage last. Complexity
+  /// O(unfinished writers).
+  [[nodiscard]] bool undo_only_at(Location at) const;
+  /// The writers behind undo_only_at(at) that have not finished, each once,
+  /// appended to `out`: once they have, evicting `at` loses nothing (a
+  /// completed writer's record is dropped, a failed one's put back as the
+  /// current content). Throws std::bad_alloc (out grows). O(unfinished
+  /// writers).
+  void undo_only_at_writers(Location at, std::vector<Event>& out) const;
   /// Bytes whose content was lost so far: a failed writer's previous
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
@@ -234,6 +259,9 @@ class RangeVersions {
                   const CostModel& cost, Plan& out) const;
   void prepare_commit(std::span<const Use> uses, const Plan& plan);
   void check_eviction_keeps_content(const Plan& plan, Location at) const;
+  [[nodiscard]] bool held_only_at(const Undo& r, Location at) const;
+  [[nodiscard]] bool can_write_back_undo(std::size_t index, Location at) const;
+  void commit_undo_write_back(const Copy& c, Event e);
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
 
   std::uint64_t size_;

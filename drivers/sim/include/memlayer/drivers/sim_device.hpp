@@ -40,7 +40,8 @@ struct SimOptions {
   bool model_link_time = false;
   /// Fault injection: the Nth on_allocate() and the Nth transfer (read,
   /// write, peer copy: both ends count it) on each device fail (1-based;
-  /// 0 = never), and each transfer fails with this probability. A failed
+  /// 0 = never), and each transfer fails with this probability, before it
+  /// moves a byte (Status::error_before_start). A failed
   /// transfer fails the device's next fault_burst - 1 transfers too (a link
   /// that stays down a while: what retrying alone does not survive).
   std::uint64_t fail_allocation_number = 0;
