@@ -434,11 +434,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
     return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
   });
   if (!plan.copies.empty() && complete) {
-    if (!write_back(*victim, loc, plan)) return Evicted::nothing;
-    if (!victim->storage(loc).write_backs.empty()) return Evicted::writing_back;
-    // The host made them synchronously: nothing is left to save.
-    plan_eviction(*victim, loc, plan);
-    if (!plan.copies.empty()) return Evicted::writing_back;
+    return write_back(*victim, loc, plan) ? Evicted::writing_back : Evicted::nothing;
   }
   std::size_t first_event = s_.copy_events.size();
   const std::size_t first_pending = s_.pending.size();
@@ -451,8 +447,8 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   s_.after.assign(st.users.begin(), st.users.end());
   s_.after.insert(s_.after.end(), st.fences.begin(), st.fences.end());
   s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());
-  for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
-    if (s_.copy_events[i] != nullptr) s_.after.push_back(s_.copy_events[i]);
+  s_.after.insert(s_.after.end(), s_.copy_events.begin() + static_cast<std::ptrdiff_t>(first_event),
+                  s_.copy_events.end());
   migration::detail::reserve_more(victim->storage(kHost).users, s_.copy_events.size() - first_event);
   // Recorded before the storage goes: commit_evict() throws having changed
   // nothing (then the write-backs made above are dropped, not started), and
@@ -468,7 +464,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
   victim->drop_storage_events(st);
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
-    if (s_.copy_events[i] != nullptr) victim->add_user(victim->storage(kHost), s_.copy_events[i]);
+    victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);
   engine_.counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   return Evicted::freed;
@@ -542,7 +538,6 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
   victim.versions_.commit_write_back(plan, events);
   Storage& st = victim.storage(loc);
   for (Event e : events) {
-    if (e == nullptr) continue;  // made synchronously
     victim.add_user(st, e);
     victim.add_user(victim.storage(kHost), e);
     st.write_backs.push_back(e);
@@ -662,11 +657,9 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
     drop_deps();  // held for a copy that does not exist
     throw;        // the enqueue fails with it (error_of_exception)
   }
-  if (h.completed || h.event == nullptr) {
+  if (h.event == nullptr) {
     drop_deps();
-    if (!h.completed) return false;
-    s_.copy_events.push_back(nullptr);  // nothing to wait for
-    return true;
+    return false;
   }
   s_.copy_events.push_back(h.event);
   s_.pending.push_back({std::move(h), first_dep, dep_count, false});
@@ -685,7 +678,6 @@ void Transaction::commit_all() {
     b.versions_.commit(plan, events, std::span(s_.uses).subspan(g.first, g.count), at_, command_);
     for (std::size_t c = 0; c < plan.copies.size(); ++c) {
       count_copy(plan.copies[c]);
-      if (events[c] == nullptr) continue;  // made synchronously
       add_wait(events[c]);
       b.add_user(b.storage(plan.copies[c].src), events[c]);
       b.add_user(b.storage(plan.copies[c].dst), events[c]);

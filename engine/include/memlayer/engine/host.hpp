@@ -70,10 +70,6 @@ struct CopyHandle {
   Event event = nullptr;
   /// Whatever the host needs to start the copy later (its command node).
   std::shared_ptr<void> host_data;
-  /// The host made the copy already, synchronously (allowed only when every
-  /// event in CopyRequest::after has finished): `event` is nullptr and the
-  /// engine neither submits nor discards it.
-  bool completed = false;
 };
 
 /// Another copy of a CopyRequest's bytes: the buffer's storage at `at`.
@@ -171,12 +167,11 @@ class Host {
   // ---- copies -------------------------------------------------------------
   /// Makes, without starting it, a copy of `request`'s bytes. The copy must
   /// keep whatever it reads and writes alive until it has run (the buffer may
-  /// be released meanwhile). nullptr `event` and not `completed`: the copy
-  /// could not be made (no host memory; the buffer is being destroyed); the
-  /// engine then gives up the step that needed it. A host whose free() must
-  /// wait (it cannot fence reused storage) may run an eviction's write-back
-  /// here, synchronously, when its `after` has all finished: the storage can
-  /// then be freed at once (`completed`).
+  /// be released meanwhile). nullptr `event`: the copy could not be made
+  /// (no host memory; the buffer is being destroyed); the engine then gives
+  /// up the step that needed it. The copy runs as a command of the host's,
+  /// never inside this call: its failure must be one the engine can see
+  /// (an eviction's write-back keeps the storage until it has succeeded).
   virtual CopyHandle create_copy(const CopyRequest& request) = 0;
   /// Starts a copy after `deps` (retained by the engine for the call; the
   /// same events as its request's `after`). It cannot fail: the engine has
