@@ -105,7 +105,11 @@ class Buffer {
     std::vector<Event> users;    // commands and copies that touched it, maybe unfinished
     static constexpr std::size_t kFirstPrune = 16;
     std::size_t prune_at = kFirstPrune;  // users.size() that prunes the finished ones
-    std::vector<Event> fences;   // what must finish before it may be written
+    // What must finish before it may be written: a host's fences over
+    // evicted storage; at the host copy, write-backs of undo content that
+    // no version holds (Transaction::fence_host). Ordering only: one that
+    // ended is dropped, whatever its outcome.
+    std::vector<Event> fences;
     // Write-backs of its bytes for an eviction, maybe unfinished: it is
     // evicted only once they have completed (Transaction::write_back).
     std::vector<Event> write_backs;

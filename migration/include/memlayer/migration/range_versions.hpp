@@ -177,10 +177,12 @@ class RangeVersions {
   [[nodiscard]] std::uint64_t bytes_only_at(Location at) const;
 
   /// True when some span could still go back to content held only at
-  /// `at`: an unfinished writer's undo record holds it nowhere else.
-  /// Evicting `at` then loses that content if the writer fails
-  /// (bytes_lost()), so eviction takes such storage last. Complexity
-  /// O(unfinished writers).
+  /// `at` that plan_undo_write_backs() cannot save: an unfinished writer's
+  /// undo record holds it nowhere else, and the writer runs at `at` or the
+  /// host copy's bytes under it are in use. Evicting `at` then loses that
+  /// content if the writer fails (bytes_lost()), so eviction takes such
+  /// storage last. Complexity O(unfinished writers), and O(spans and
+  /// unfinished writers over its bytes) for each record held only at `at`.
   [[nodiscard]] bool undo_only_at(Location at) const;
   /// The writers behind undo_only_at(at) that have not finished, each once,
   /// appended to `out`: once they have, evicting `at` loses nothing (a
