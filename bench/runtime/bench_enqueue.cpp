@@ -29,18 +29,23 @@ T must(Result<T> r, const char* what) {
   return std::move(r).value();
 }
 
-void BM_RuntimeKernelEnqueue(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
+// A context over one sim device with 64 MiB, room for every buffer here.
+std::shared_ptr<Context> one_sim_device() {
   drivers::SimOptions options;
   options.memory_size = 64 << 20;
   std::vector<std::unique_ptr<drivers::SimDevice>> sims;
   if (Status s = drivers::SimDevice::create(1, options, sims); !s.ok()) {
-    state.SkipWithError(s.message.c_str());
-    return;
+    std::fprintf(stderr, "create the sim device: %s\n", s.message.c_str());
+    std::exit(1);
   }
   std::vector<std::unique_ptr<DeviceDriver>> devices;
   devices.push_back(std::move(sims[0]));
-  auto ctx = must(Context::create(std::move(devices)), "create the context");
+  return must(Context::create(std::move(devices)), "create the context");
+}
+
+void BM_RuntimeKernelEnqueue(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto ctx = one_sim_device();
   auto q = must(ctx->create_queue(0), "create a queue");
   std::vector<KernelArg> args;
   for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer")});
@@ -81,16 +86,7 @@ BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualT
 void BM_RuntimeEnqueueBehindQueued(benchmark::State& state) {
   const auto depth = static_cast<std::size_t>(state.range(0));
   const int mix = static_cast<int>(state.range(1));  // 0: readers, 1: writers, 2: alternating
-  drivers::SimOptions options;
-  options.memory_size = 64 << 20;
-  std::vector<std::unique_ptr<drivers::SimDevice>> sims;
-  if (Status s = drivers::SimDevice::create(1, options, sims); !s.ok()) {
-    state.SkipWithError(s.message.c_str());
-    return;
-  }
-  std::vector<std::unique_ptr<DeviceDriver>> devices;
-  devices.push_back(std::move(sims[0]));
-  auto ctx = must(Context::create(std::move(devices)), "create the context");
+  auto ctx = one_sim_device();
   auto q = must(ctx->create_queue(0, true), "create a queue");  // out of order: no queue order to keep
   std::vector<KernelArg> reads, writes;
   for (std::size_t i = 0; i < 16; ++i) {

@@ -1,7 +1,8 @@
 // The runtime's enqueue is all or nothing when the host's memory runs out
 // (doc/runtime.md, memory pressure; doc/engine.md, all or nothing): every
 // allocation the test thread makes while a script of commands is enqueued
-// is made to fail in turn (this binary's operator new counts down). Each
+// is made to fail in turn (this binary's operator new counts down:
+// alloc_countdown.hpp). Each
 // enqueue that meets the failure must return an error with a message; no
 // exception may escape and nothing may terminate; and afterwards every
 // command that was enqueued completes and every byte of every buffer is what
@@ -24,27 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "alloc_countdown.hpp"
 #include "memlayer/drivers/sim_device.hpp"
 #include "memlayer/runtime/context.hpp"
 #include "memlayer/runtime/queue.hpp"
 
-namespace {
-// Allocations the test thread may still make before one fails; negative:
-// none fails. Only the thread that arms it counts: the devices' workers
-// allocate as they run commands, at times no script can pin down.
-thread_local long t_allocations_left = -1;
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (t_allocations_left >= 0 && t_allocations_left-- == 0) throw std::bad_alloc();
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace memlayer;
 using namespace memlayer::runtime;
@@ -120,18 +105,17 @@ bool run_script(const long n) {
   // One enqueue with the countdown armed. An error must say something; an
   // exception must not come out at all.
   auto step = [&](const char* what, const std::function<Result<Event>()>& enqueue) {
-    t_allocations_left = fail_at;
+    memlayer::testing::fail_allocation(fail_at);
     std::optional<Result<Event>> r;
     try {
       r.emplace(enqueue());
     } catch (const std::exception& x) {
-      t_allocations_left = -1;
+      memlayer::testing::stop_counting();
       fail_at = -1;
       ADD_FAILURE() << what << ": an exception escaped the enqueue: " << x.what();
       return false;
     }
-    fail_at = t_allocations_left;  // what is left of the countdown for the next step
-    t_allocations_left = -1;
+    fail_at = memlayer::testing::stop_counting();  // what is left of the countdown for the next step
     if (!r->ok()) {
       EXPECT_FALSE(r->error().message.empty()) << what << ": an error without a message";
       return false;

@@ -1,5 +1,5 @@
 // A global operator new that fails on request, for the allocation-failure
-// tests (tests/engine/alloc_failure_test.cpp,
+// tests (tests/engine/alloc_failure_test.cpp, tests/runtime/alloc_failure_test.cpp,
 // tests/migration/range_versions_alloc_failure_test.cpp): a test arms it so
 // that the k-th allocation from then on throws std::bad_alloc, for k = 0, 1,
 // ... in turn, and so reaches every allocation of the call it tries.
@@ -10,22 +10,28 @@
 // -Wno-mismatched-new-delete.)
 #pragma once
 
-#include <atomic>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace memlayer::testing {
 
-// Allocations left before one fails; negative: none fails.
-inline std::atomic<long> g_allocations_left{-1};
+// Allocations this thread may still make before one fails; negative: none
+// fails. Only the thread that arms it counts: other threads (a runtime's
+// device workers) allocate at times no test can pin down.
+inline thread_local long t_allocations_left = -1;
 
-/// From now on, allocation `k` (0: the next one) throws std::bad_alloc; one
-/// allocation fails, those after it succeed again.
-inline void fail_allocation(long k) { g_allocations_left.store(k, std::memory_order_relaxed); }
+/// From now on, this thread's allocation `k` (0: the next one) throws
+/// std::bad_alloc; one allocation fails, those after it succeed again.
+inline void fail_allocation(long k) { t_allocations_left = k; }
+
+/// Stops counting. Returns how many allocations were left before the armed
+/// one: negative when it failed.
+inline long stop_counting() { return std::exchange(t_allocations_left, -1); }
 
 /// Stops failing. True when the allocation armed by fail_allocation() failed
 /// (the call tried made at least k + 1 allocations).
-inline bool stop_failing() { return g_allocations_left.exchange(-1, std::memory_order_relaxed) < 0; }
+inline bool stop_failing() { return stop_counting() < 0; }
 
 /// While it lives no allocation fails, and none is counted: for the test's
 /// own bookkeeping inside the calls it tries (a host's calls that must not
@@ -36,18 +42,17 @@ class AllocationsSucceed {
   AllocationsSucceed() = default;
   AllocationsSucceed(const AllocationsSucceed&) = delete;
   AllocationsSucceed& operator=(const AllocationsSucceed&) = delete;
-  ~AllocationsSucceed() { g_allocations_left.store(left_, std::memory_order_relaxed); }
+  ~AllocationsSucceed() { t_allocations_left = left_; }
 
  private:
-  long left_ = g_allocations_left.exchange(-1, std::memory_order_relaxed);
+  long left_ = stop_counting();
 };
 
 }  // namespace memlayer::testing
 
 void* operator new(std::size_t n) {
-  auto& left = memlayer::testing::g_allocations_left;
-  if (left.load(std::memory_order_relaxed) >= 0 && left.fetch_sub(1, std::memory_order_relaxed) == 0)
-    throw std::bad_alloc();
+  long& left = memlayer::testing::t_allocations_left;
+  if (left >= 0 && left-- == 0) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
