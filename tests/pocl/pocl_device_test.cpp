@@ -354,6 +354,44 @@ TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
   for (std::uint32_t i = 0; i < global; ++i) EXPECT_EQ(sums[i], i + (7 + i)) << i;
 }
 
+// A, X, B, Y (16 MiB each) fill the device in that order; X and Y can go,
+// leaving two 16 MiB holes: a kernel on A, B and a new 32 MiB C fits the
+// device but no hole. Its own buffers A and B are moved (written back,
+// evicted, placed again after C), and it runs on their bytes.
+TEST_F(PoclDevice, AKernelThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
+  constexpr std::size_t kBlock = 16 << 20;
+  const char* src = R"CLC(
+    kernel void sum3(global const uint* a, global const uint* b, global uint* c) {
+      size_t i = get_global_id(0);
+      c[i] = a[i] + b[i];
+    }
+  )CLC";
+  std::vector<cl_device_id> devs{device_};
+  Program program = build_program(ctx_.get(), devs, src);
+  cl_int err = CL_SUCCESS;
+  Kernel k(clCreateKernel(program.get(), "sum3", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<Mem> bufs;  // A, X, B, Y
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    bufs.push_back(buffer(kBlock));
+    ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 7), CL_SUCCESS) << i;
+  }
+  Mem c = buffer(2 * kBlock);
+  const cl_mem args[] = {bufs[0].get(), bufs[2].get(), c.get()};
+  for (cl_uint i = 0; i < 3; ++i) ASSERT_EQ(clSetKernelArg(k.get(), i, sizeof(cl_mem), &args[i]), CL_SUCCESS);
+  const auto before = migration_stats();
+  const std::size_t global = kBlock / 4;  // A's and B's elements, into C's first half
+  ASSERT_EQ(clEnqueueNDRangeKernel(queue_.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            CL_SUCCESS);
+  std::vector<std::uint32_t> sums(global);
+  ASSERT_EQ(clEnqueueReadBuffer(queue_.get(), c.get(), CL_TRUE, 0, global * 4, sums.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  for (std::uint32_t i = 0; i < global; ++i)
+    if (sums[i] != i + (14 + i)) FAIL() << "element " << i << ": " << sums[i];
+  EXPECT_GE(migration_stats().evictions - before.evictions, 4u) << "X, Y, and A and B moved";
+  for (std::uint32_t i : {1u, 3u}) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 7)) << i;
+}
+
 TEST_F(PoclDevice, MoreLocalMemoryThanTheDeviceHasIsRefusedAtEnqueue) {
   const char* src = R"CLC(
     kernel void with_arg(global uint* out, local uint* scratch) {
