@@ -112,6 +112,7 @@ struct Shared {
   std::atomic<std::uint64_t> checked_bytes{0};
   std::atomic<std::uint64_t> dropped_reads{0};  // reads whose expectation a failure voided
   std::atomic<std::uint64_t> renewed_buffers{0};  // released with commands queued, and made anew
+  std::atomic<std::uint64_t> working_set{0};      // bytes of the buffers made at the start
   std::mutex events_mutex;
   std::deque<Event> recent;  // events from every thread, for wait lists
 };
@@ -133,7 +134,10 @@ class Worker {
     lost_seen_.resize(buffers);
     models_.resize(buffers);
     views_.resize(std::size_t{buffers} * 4);
-    for (unsigned i = 0; i < buffers; ++i) make_buffer(i, true);
+    for (unsigned i = 0; i < buffers; ++i) {
+      make_buffer(i, true);
+      s_.working_set.fetch_add(parents_[i].size(), std::memory_order_relaxed);
+    }
   }
 
   // (Re)makes parent `p`: a new buffer of a random size, with host content
@@ -806,9 +810,12 @@ int main(int argc, char** argv) {
   std::printf("  migrated %" PRIu64 " bytes = %.2fx the minimum necessary (%" PRIu64 "); copies: %" PRIu64
               " device-to-device, %" PRIu64 " to host, %" PRIu64 " from host\n",
               st.bytes_migrated, ratio, s.min_bytes.load(), st.copies_direct, st.copies_to_host, st.copies_from_host);
-  std::printf("  evictions %" PRIu64 ", write-backs %" PRIu64 "; %" PRIu64
+  std::printf("  evictions %" PRIu64 ", write-backs %" PRIu64 ", compactions %" PRIu64 "; %" PRIu64
               " buffers released with commands queued and made anew\n",
-              st.evictions, st.write_backs, s.renewed_buffers.load());
+              st.evictions, st.write_backs, st.compactions, s.renewed_buffers.load());
+  const double ws = static_cast<double>(s.working_set.load());
+  std::printf("  working set %" PRIu64 " bytes = %.2fx a device's memory; migrated %.2f bytes per byte of it\n",
+              s.working_set.load(), ws / static_cast<double>(opt.memory), static_cast<double>(st.bytes_migrated) / ws);
   for (std::size_t d = 0; d < st.devices.size(); ++d) {
     const auto& r = st.devices[d];
     std::printf("  sim%zu: peak %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " failed allocations, %" PRIu64

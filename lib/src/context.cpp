@@ -137,6 +137,7 @@ ContextStats Context::stats() const {
   s.copies_from_host = e.copies_from_host;
   s.evictions = e.evictions;
   s.write_backs = e.write_backs;
+  s.compactions = e.compactions;
   s.transfer_retries = state_->transfer_retries.load();
   s.copies_resourced = state_->copies_resourced.load();
   s.bytes_lost = e.bytes_lost;

@@ -30,6 +30,9 @@ struct ContextStats {
   std::uint64_t copies_from_host = 0;  ///< host-to-device legs
   std::uint64_t evictions = 0;         ///< device copies dropped to make room
   std::uint64_t write_backs = 0;       ///< evictions that had to save the only copy first
+  /// Commands whose device had room for their buffers but in no hole, whose
+  /// own buffers were moved to make one (doc/engine.md, the pipeline).
+  std::uint64_t compactions = 0;
   /// Hidden-migration transfers tried again after failing (each source is
   /// tried up to 3 times: doc/runtime.md, failures).
   std::uint64_t transfer_retries = 0;
