@@ -193,9 +193,11 @@ std::optional<EnqueueError> Transaction::place_all() {
 }
 
 std::optional<EnqueueError> Transaction::place_largest_first() {
+  // Ties in buffer order; std::sort, as std::stable_sort may allocate.
   if (s_.to_place.size() > 1) {
-    std::stable_sort(s_.to_place.begin(), s_.to_place.end(), [&](std::size_t a, std::size_t b) {
-      return s_.groups[a].buffer->size() > s_.groups[b].buffer->size();
+    std::sort(s_.to_place.begin(), s_.to_place.end(), [&](std::size_t a, std::size_t b) {
+      const std::uint64_t x = s_.groups[a].buffer->size(), y = s_.groups[b].buffer->size();
+      return x != y ? x > y : a < b;
     });
   }
   for (std::size_t i : s_.to_place)
