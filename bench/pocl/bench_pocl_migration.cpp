@@ -14,6 +14,9 @@
 //   (MigrationStats::moved; memlayer: S; PoCL 3.1: the parent).
 // - FanOut: a 16 MiB buffer written on device 0 is read by kernels on
 //   devices 1-3 at once: how long until all three have it.
+// - EnqueueBehindQueued/D: 64 enqueues of a kernel reading 16 buffers
+//   (`global const`, CL_MEM_READ_ONLY), with D such kernels already queued
+//   on them behind a user event: the cost must not grow with D.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -33,6 +36,9 @@ std::string kernel_source() {
 kernel void touch(global uint* b) { b[get_global_id(0)] += 1u; }
 kernel void peek(global const uint* b, global uint* out) { out[0] = b[get_global_id(0)]; }
 )CLC";
+  src += "kernel void r16(";
+  for (int i = 0; i < 16; ++i) src += (i ? ", " : "") + std::string("global const uint* a") + std::to_string(i);
+  src += ") {}\n";
   for (int n : {1, 4, 16, 64}) {
     src += "kernel void k" + std::to_string(n) + "(";
     for (int i = 0; i < n; ++i) src += (i ? ", " : "") + std::string("global uint* a") + std::to_string(i);
@@ -57,9 +63,9 @@ bool enough_devices(benchmark::State& state, std::size_t n) {
   return false;
 }
 
-Mem make_buffer(std::size_t bytes) {
+Mem make_buffer(std::size_t bytes, cl_mem_flags flags = CL_MEM_READ_WRITE) {
   cl_int err = CL_SUCCESS;
-  Mem m(clCreateBuffer(setup().ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  Mem m(clCreateBuffer(setup().ctx.get(), flags, bytes, nullptr, &err));
   check(err, "clCreateBuffer");
   return m;
 }
@@ -96,6 +102,39 @@ void BM_KernelEnqueue(benchmark::State& state) {
     for (int i = 0; i < kBatch; ++i)
       CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, i == 0 ? 1 : 0, i == 0 ? &g : nullptr,
                                       nullptr));
+    const auto stop = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+    CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
+    CL_CHECK(clFinish(q));
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+void BM_EnqueueBehindQueued(benchmark::State& state) {
+  const auto depth = static_cast<int>(state.range(0));
+  state.SetLabel(engine());
+  Kernel k = make_kernel("r16");
+  std::vector<Mem> bufs;
+  for (cl_uint i = 0; i < 16; ++i) {
+    bufs.push_back(make_buffer(64 * 4, CL_MEM_READ_ONLY));
+    cl_mem m = bufs.back().get();
+    CL_CHECK(clSetKernelArg(k.get(), i, sizeof m, &m));
+  }
+  cl_command_queue q = setup().queues[0].get();
+  const std::size_t global = 64;
+  CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
+  CL_CHECK(clFinish(q));
+  constexpr int kBatch = 64;
+  for (auto _ : state) {
+    cl_int err = CL_SUCCESS;
+    Event gate(clCreateUserEvent(setup().ctx.get(), &err));
+    check(err, "clCreateUserEvent");
+    cl_event g = gate.get();
+    for (int i = 0; i < depth; ++i)
+      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 1, &g, nullptr));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i)
+      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 1, &g, nullptr));
     const auto stop = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
     CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
@@ -169,6 +208,7 @@ void BM_FanOut(benchmark::State& state) {
 BENCHMARK(BM_KernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
 BENCHMARK(BM_SubBufferPingPong)->Arg(64 << 10)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_FanOut)->UseRealTime();
+BENCHMARK(BM_EnqueueBehindQueued)->Arg(100)->Arg(1000)->Arg(10000)->Iterations(3)->UseManualTime();
 
 }  // namespace
 
