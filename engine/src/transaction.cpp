@@ -217,12 +217,7 @@ std::optional<EnqueueError> Transaction::place_largest_first() {
 // that cannot move (mapped) fails the enqueue with `full`, the error
 // placement gave.
 std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
-  for (const EnqueueScratch::Placed& p : s_.placed) {
-    Storage& st = p.buffer->storage(p.at);
-    host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
-    p.buffer->drop_storage_events(st);
-  }
-  s_.placed.clear();
+  rollback();  // this enqueue's new storage: nothing is in it yet
   bool waiting = false;
   for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
@@ -709,6 +704,7 @@ void Transaction::rollback() {
     host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
     p.buffer->drop_storage_events(st);
   }
+  s_.placed.clear();
 }
 
 // Starts the copies whose effects were committed and drops the others, then
