@@ -77,31 +77,43 @@ Kernel make_kernel(const std::string& name) {
   return k;
 }
 
-void BM_KernelEnqueue(benchmark::State& state) {
-  const auto n = static_cast<cl_uint>(state.range(0));
-  state.SetLabel(engine());
-  Kernel k = make_kernel("k" + std::to_string(n));
-  std::vector<Mem> bufs;
+// Kernel `name` over `n` new buffers of 64 uints (`flags`), run once on
+// device 0: every buffer is then valid there, and nothing migrates after.
+Kernel kernel_on_device(const std::string& name, cl_uint n, cl_mem_flags flags, std::vector<Mem>& bufs) {
+  Kernel k = make_kernel(name);
   for (cl_uint i = 0; i < n; ++i) {
-    bufs.push_back(make_buffer(64 * 4));
+    bufs.push_back(make_buffer(64 * 4, flags));
     cl_mem m = bufs.back().get();
     CL_CHECK(clSetKernelArg(k.get(), i, sizeof m, &m));
   }
   cl_command_queue q = setup().queues[0].get();
   const std::size_t global = 64;
-  // Make every buffer valid on the device first: then nothing migrates.
   CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
   CL_CHECK(clFinish(q));
+  return k;
+}
+
+// Times batches of 64 enqueues of `k` (64 work-items) on device 0, held
+// back by a user event with `depth` more enqueued before each batch,
+// untimed: only the enqueue calls are timed, not the kernels. Each
+// enqueue names the event (`all_gated`: readers never wait for each other,
+// so each must), else only the first of the batch.
+void time_enqueues(benchmark::State& state, const Kernel& k, int depth, bool all_gated) {
+  cl_command_queue q = setup().queues[0].get();
+  const std::size_t global = 64;
   constexpr int kBatch = 64;
   for (auto _ : state) {
     cl_int err = CL_SUCCESS;
     Event gate(clCreateUserEvent(setup().ctx.get(), &err));
     check(err, "clCreateUserEvent");
     cl_event g = gate.get();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kBatch; ++i)
-      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, i == 0 ? 1 : 0, i == 0 ? &g : nullptr,
+    auto enqueue = [&](bool gated) {
+      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, gated ? 1 : 0, gated ? &g : nullptr,
                                       nullptr));
+    };
+    for (int i = 0; i < depth; ++i) enqueue(true);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i) enqueue(all_gated || i == 0);
     const auto stop = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
     CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
@@ -110,37 +122,19 @@ void BM_KernelEnqueue(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
-void BM_EnqueueBehindQueued(benchmark::State& state) {
-  const auto depth = static_cast<int>(state.range(0));
+void BM_KernelEnqueue(benchmark::State& state) {
+  const auto n = static_cast<cl_uint>(state.range(0));
   state.SetLabel(engine());
-  Kernel k = make_kernel("r16");
   std::vector<Mem> bufs;
-  for (cl_uint i = 0; i < 16; ++i) {
-    bufs.push_back(make_buffer(64 * 4, CL_MEM_READ_ONLY));
-    cl_mem m = bufs.back().get();
-    CL_CHECK(clSetKernelArg(k.get(), i, sizeof m, &m));
-  }
-  cl_command_queue q = setup().queues[0].get();
-  const std::size_t global = 64;
-  CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
-  CL_CHECK(clFinish(q));
-  constexpr int kBatch = 64;
-  for (auto _ : state) {
-    cl_int err = CL_SUCCESS;
-    Event gate(clCreateUserEvent(setup().ctx.get(), &err));
-    check(err, "clCreateUserEvent");
-    cl_event g = gate.get();
-    for (int i = 0; i < depth; ++i)
-      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 1, &g, nullptr));
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kBatch; ++i)
-      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 1, &g, nullptr));
-    const auto stop = std::chrono::steady_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
-    CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
-    CL_CHECK(clFinish(q));
-  }
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  const Kernel k = kernel_on_device("k" + std::to_string(n), n, CL_MEM_READ_WRITE, bufs);
+  time_enqueues(state, k, 0, false);
+}
+
+void BM_EnqueueBehindQueued(benchmark::State& state) {
+  state.SetLabel(engine());
+  std::vector<Mem> bufs;
+  const Kernel k = kernel_on_device("r16", 16, CL_MEM_READ_ONLY, bufs);
+  time_enqueues(state, k, static_cast<int>(state.range(0)), true);
 }
 
 void BM_SubBufferPingPong(benchmark::State& state) {

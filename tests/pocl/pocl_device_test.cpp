@@ -62,6 +62,22 @@ class PoclDevice : public ::testing::Test {
     return true;
   }
 
+  // c[i] = a[i] + b[i] over (a, b, c); the kernel keeps its program.
+  Kernel sum3() {
+    const char* src = R"CLC(
+      kernel void sum3(global const uint* a, global const uint* b, global uint* c) {
+        size_t i = get_global_id(0);
+        c[i] = a[i] + b[i];
+      }
+    )CLC";
+    std::vector<cl_device_id> devs{device_};
+    Program program = build_program(ctx_.get(), devs, src);
+    cl_int err = CL_SUCCESS;
+    Kernel k(clCreateKernel(program.get(), "sum3", &err));
+    EXPECT_EQ(err, CL_SUCCESS);
+    return k;
+  }
+
   // QueuedWorkLargerThanTheDeviceRuns' body (below).
   void queue_work_larger_than_the_device();
 
@@ -315,17 +331,8 @@ TEST_F(PoclDevice, QueuedWorkGatedElsewhereIsWaitedForAndAMalformedLimitIsNamed)
 
 TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
   constexpr std::size_t kBlock = 24 << 20;  // three need 72 MiB of 64
-  const char* src = R"CLC(
-    kernel void sum3(global const uint* a, global const uint* b, global uint* c) {
-      size_t i = get_global_id(0);
-      c[i] = a[i] + b[i];
-    }
-  )CLC";
-  std::vector<cl_device_id> devs{device_};
-  Program program = build_program(ctx_.get(), devs, src);
-  cl_int err = CL_SUCCESS;
-  Kernel k(clCreateKernel(program.get(), "sum3", &err));
-  ASSERT_EQ(err, CL_SUCCESS);
+  Kernel k = sum3();
+  ASSERT_NE(k.get(), nullptr);
   std::vector<Mem> bufs;
   for (int i = 0; i < 3; ++i) bufs.push_back(buffer(kBlock));
   for (std::uint32_t i = 0; i < 2; ++i) ASSERT_EQ(write_pattern(bufs[i].get(), kBlock, i * 7), CL_SUCCESS);
@@ -360,17 +367,8 @@ TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
 // evicted, placed again after C), and it runs on their bytes.
 TEST_F(PoclDevice, AKernelThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
   constexpr std::size_t kBlock = 16 << 20;
-  const char* src = R"CLC(
-    kernel void sum3(global const uint* a, global const uint* b, global uint* c) {
-      size_t i = get_global_id(0);
-      c[i] = a[i] + b[i];
-    }
-  )CLC";
-  std::vector<cl_device_id> devs{device_};
-  Program program = build_program(ctx_.get(), devs, src);
-  cl_int err = CL_SUCCESS;
-  Kernel k(clCreateKernel(program.get(), "sum3", &err));
-  ASSERT_EQ(err, CL_SUCCESS);
+  Kernel k = sum3();
+  ASSERT_NE(k.get(), nullptr);
   std::vector<Mem> bufs;  // A, X, B, Y
   for (std::uint32_t i = 0; i < 4; ++i) {
     bufs.push_back(buffer(kBlock));
