@@ -65,6 +65,19 @@ function(memlayer_pocl_engine_suite label env cpu api stress)
   suite_test(${api}device_pressure memlayer $<TARGET_FILE:pocl_device_test> --gtest_filter=*QueuedWork*)
   suite_env(${api}device_pressure "POCL_MEMLAYER0_PARAMETERS=global_mem=8M,local_mem=32K,compute_units=2")
 
+  # A working set 2-3 times each device's memory in buffers of about 1 MiB,
+  # non-blocking on out-of-order queues, behind a user event opened later,
+  # on 2, 3 and 4 devices of 8 MiB (issue 33).
+  foreach(n 2 3 4)
+    string(REPEAT "memlayer " ${n} devices)
+    string(STRIP "${devices}" devices)
+    suite_test(${api}oversubscribed_${n}dev "${devices}" $<TARGET_FILE:pocl_oversubscribed_test>)
+    math(EXPR last "${n} - 1")
+    foreach(d RANGE ${last})
+      suite_env(${api}oversubscribed_${n}dev "POCL_MEMLAYER${d}_PARAMETERS=global_mem=8M")
+    endforeach()
+  endforeach()
+
   suite_test(${api}migration "memlayer memlayer" $<TARGET_FILE:pocl_migration_test>)
 
   # A bad engine choice is named on stderr; the build's default engine runs.

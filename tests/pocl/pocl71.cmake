@@ -14,7 +14,7 @@ function(memlayer_pocl71_test name devices)
 endfunction()
 
 foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test
-        pocl_svm_test pocld_peer_test)
+        pocl_svm_test pocld_peer_test pocl_oversubscribed_test)
   add_dependencies(${program} pocl71)
 endforeach()
 

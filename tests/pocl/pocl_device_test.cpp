@@ -363,8 +363,10 @@ TEST_F(PoclDevice, OneCommandNeedingMoreThanTheDeviceFails) {
 
 // A, X, B, Y (16 MiB each) fill the device in that order; X and Y can go,
 // leaving two 16 MiB holes: a kernel on A, B and a new 32 MiB C fits the
-// device but no hole. Its own buffers A and B are moved (written back,
-// evicted, placed again after C), and it runs on their bytes.
+// device but no hole. Its own buffers are moved (written back, evicted,
+// placed again after C), and it runs on their bytes. The enqueue tries
+// again once the first write-back has ended: with that buffer gone, its
+// room and a hole beside it may hold C already, and the other stays.
 TEST_F(PoclDevice, AKernelThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
   constexpr std::size_t kBlock = 16 << 20;
   Kernel k = sum3();
@@ -386,7 +388,7 @@ TEST_F(PoclDevice, AKernelThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
             CL_SUCCESS);
   for (std::uint32_t i = 0; i < global; ++i)
     if (sums[i] != i + (14 + i)) FAIL() << "element " << i << ": " << sums[i];
-  EXPECT_GE(migration_stats().evictions - before.evictions, 4u) << "X, Y, and A and B moved";
+  EXPECT_GE(migration_stats().evictions - before.evictions, 3u) << "X, Y, and A or B moved";
   for (std::uint32_t i : {1u, 3u}) EXPECT_TRUE(has_pattern(bufs[i].get(), kBlock, i * 7)) << i;
 }
 

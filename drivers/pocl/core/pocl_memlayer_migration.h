@@ -83,8 +83,8 @@ cl_int pocl_ml_create_command (_cl_command_node **cmd,
  * evicted (their only copies written back to the host by migration
  * commands, the storage kept until those have completed), least recently
  * used first; when the room is held by queued commands or write-backs, the
- * call waits for them (at most POCL_MEMLAYER_ROOM_WAIT_MS over all its
- * tries, default 60000) and tries again.
+ * call waits until one of them has finished and tries again (at most
+ * POCL_MEMLAYER_ROOM_WAIT_MS over all its tries, default 60000).
  * CL_MEM_OBJECT_ALLOCATION_FAILURE when the command's own buffers do not
  * fit, or the wait ran out; CL_OUT_OF_HOST_MEMORY when a copy, or the links
  * to the user's wait list, could not be made. On any error nothing is
