@@ -15,11 +15,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cl_check.hpp"
@@ -416,6 +418,83 @@ TEST(Oversubscribed, ThreeTimesTheDevice) {
   s.seed = 6;
   s.working_set = 3.0;
   run_bounded(s);
+}
+
+// A buffer the host has mapped, its unmap queued (behind a user event),
+// holds the room the next command needs: A, then B and C, each 3/8 of the
+// device, where B and C fit together and all three do not. The kernel on B
+// and C evicts A once its unmap is enqueued, as any busy buffer (its
+// storage goes once the unmap has run, its bytes written back after it);
+// the enqueue waits for that. A thread opens the gate once A is evicted.
+// Before, a mapped buffer was never evicted: the kernel failed at once with
+// CL_MEM_OBJECT_ALLOCATION_FAILURE ("cannot place ... nothing more can be
+// evicted"), as bench/stress/pocl-oversubscription.sh's run at 8x did now
+// and then.
+TEST(Oversubscribed, AMappedBufferWhoseUnmapIsQueuedMakesRoom) {
+  auto devices = all_devices();
+  ASSERT_FALSE(devices.empty());
+  cl_device_id dev = devices[0];
+  cl_ulong memory = 0;
+  ASSERT_EQ(clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, nullptr), CL_SUCCESS);
+  const std::size_t bytes = memory / 8 * 3, n = bytes / 4;
+  cl_int err = CL_SUCCESS;
+  Context ctx(clCreateContext(nullptr, 1, &dev, nullptr, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Queue q(clCreateCommandQueueWithProperties(ctx.get(), dev, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<cl_device_id> devs{dev};
+  Program program = build_program(ctx.get(), devs, R"CLC(
+    kernel void twice_plus_one(global const uint* b, global uint* c) {
+      size_t i = get_global_id(0);
+      c[i] = b[i] * 2u + 1u;
+    }
+  )CLC");
+  Kernel k(clCreateKernel(program.get(), "twice_plus_one", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<std::uint32_t> b_data(n), a_written(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    b_data[i] = static_cast<std::uint32_t>(i * 7);
+    a_written[i] = static_cast<std::uint32_t>(i ^ 0x5a5a5a5au);
+  }
+  Mem a(clCreateBuffer(ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem b(clCreateBuffer(ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, b_data.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Mem c(clCreateBuffer(ctx.get(), CL_MEM_READ_WRITE, bytes, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Event gate(clCreateUserEvent(ctx.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+
+  // A on the device, mapped and written by the host, its unmap queued.
+  auto* p = static_cast<std::uint32_t*>(
+      clEnqueueMapBuffer(q.get(), a.get(), CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes, 0, nullptr, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::copy(a_written.begin(), a_written.end(), p);
+  cl_event g = gate.get();
+  ASSERT_EQ(clEnqueueUnmapMemObject(q.get(), a.get(), p, 1, &g, nullptr), CL_SUCCESS);
+
+  const std::uint64_t evictions = migration_stats().evictions;
+  std::atomic<bool> returned{false};
+  std::thread opener([&] {
+    while (!returned.load() && migration_stats().evictions == evictions) std::this_thread::yield();
+    clSetUserEventStatus(gate.get(), CL_COMPLETE);
+  });
+  cl_mem args[] = {b.get(), c.get()};
+  for (cl_uint i = 0; i < 2; ++i) ASSERT_EQ(clSetKernelArg(k.get(), i, sizeof(cl_mem), &args[i]), CL_SUCCESS);
+  const cl_int enqueued = bounded("the kernel that needs A's room", kWatchdogSeconds, [&] {
+    return clEnqueueNDRangeKernel(q.get(), k.get(), 1, nullptr, &n, nullptr, 0, nullptr, nullptr);
+  });
+  returned = true;
+  opener.join();
+  EXPECT_EQ(enqueued, CL_SUCCESS);
+  ASSERT_EQ(clFinish(q.get()), CL_SUCCESS);
+  std::vector<std::uint32_t> got(n);
+  ASSERT_EQ(clEnqueueReadBuffer(q.get(), a.get(), CL_TRUE, 0, bytes, got.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  EXPECT_TRUE(got == a_written) << "the host's writes through the mapping were lost";
+  if (enqueued != CL_SUCCESS) return;
+  ASSERT_EQ(clEnqueueReadBuffer(q.get(), c.get(), CL_TRUE, 0, bytes, got.data(), 0, nullptr, nullptr), CL_SUCCESS);
+  for (std::size_t i = 0; i < n; ++i)
+    if (got[i] != b_data[i] * 2u + 1u) FAIL() << "C[" << i << "] is " << got[i];
 }
 
 }  // namespace

@@ -303,4 +303,38 @@ inline bool mapped(cl_mem parent) {
   return false;
 }
 
+/// One unmap of `mem` is committed (memlayer's engine has its command, a
+/// user and writer of the storage): a mapping clEnqueueUnmapMemObject
+/// marked unmap_requested (1, before it made the command) becomes 2 (PoCL
+/// only asks whether it is 0). Each committed unmap marks one; when two
+/// threads unmap at once, the one marked may be the other's, but every
+/// mapping is marked only once every unmap requested is committed.
+inline void mark_unmap_committed(cl_mem mem) {
+  POCL_LOCK_OBJ(mem);
+  mem_mapping_t* m = nullptr;
+  DL_FOREACH(mem->mappings, m) {
+    if (m->unmap_requested != 1) continue;
+    m->unmap_requested = 2;
+    break;
+  }
+  POCL_UNLOCK_OBJ(mem);
+}
+
+/// Whether the unmap of every mapping the host holds of `parent` is
+/// committed (mark_unmap_committed). False while (7.1) a sub-buffer of it
+/// is mapped. Call with parent's lock held.
+inline bool unmaps_committed(cl_mem parent) {
+#if MEMLAYER_POCL_MAJOR >= 7
+  cl_mem_list_item_t* item = nullptr;
+  LL_FOREACH(parent->sub_buffers, item) {
+    if (__atomic_load_n(&item->mem->map_count, __ATOMIC_ACQUIRE) != 0) return false;
+  }
+#endif
+  mem_mapping_t* m = nullptr;
+  DL_FOREACH(parent->mappings, m) {
+    if (m->unmap_requested != 2) return false;
+  }
+  return true;
+}
+
 }  // namespace memlayer::pocl_core::compat

@@ -379,8 +379,25 @@ void PoclHost::forget(cl_mem mem) {
   for (cl_event e : drop) POname(clReleaseEvent)(e);
 }
 
-// A mapped buffer keeps its storage: the unmap writes the mapping back there.
-bool PoclHost::can_evict(void* cookie, Location) const noexcept { return !compat::mapped(buffer_of(cookie).mem); }
+// A mapped buffer keeps its storage: the unmap writes the mapping back
+// there. Once the unmap of every mapping is committed (the engine has its
+// command: compat::mark_unmap_committed, in make_command) it may go, as any
+// busy buffer does: the unmap uses and writes that storage, so the storage
+// stays until it has run, and the bytes are written back after it. (Kept,
+// such a buffer failed a command that fitted its device at once, "nothing
+// more can be evicted": pocl_oversubscribed_test.) Only on a memlayer
+// device, whose mappings are host memory of their own or the host copy
+// (pocl_memlayer_get_mapping_ptr), never its storage.
+bool PoclHost::can_evict(void* cookie, Location at) const noexcept {
+  cl_mem mem = buffer_of(cookie).mem;
+  if (!compat::mapped(mem)) return true;
+  cl_device_id dev = at == kHost ? nullptr : cs_.device(at);
+  if (dev == nullptr || std::strcmp(dev->ops->device_name, "memlayer") != 0) return false;
+  POCL_LOCK_OBJ(mem);
+  const bool unmapping = compat::unmaps_committed(mem);
+  POCL_UNLOCK_OBJ(mem);
+  return unmapping;
+}
 
 CopyHandle PoclHost::create_copy(const CopyRequest& r) {
   BufferState& b = buffer_of(r.cookie);
@@ -794,9 +811,12 @@ void link_waits(cl_event final_event, std::span<const cl_event> wait_list, std::
 // user's wait list: a command that fails below is then freed with nothing
 // pointing at it. A device full of storage that queued work still holds
 // (deferred frees, write-backs) makes room once that work finishes: wait,
-// try again, within one room wait.
+// try again, within one room wait. For an unmap, `unmapped` is the cl_mem
+// whose mapping it unmaps: once committed, one of its mappings is marked
+// (compat::mark_unmap_committed; PoclHost::can_evict reads it).
 cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue queue, cl_command_type type,
-                    cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at, Scratch& sc) {
+                    cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at, Scratch& sc,
+                    cl_mem unmapped) {
   // The links to the user's wait list first: without them the enqueue
   // fails with nothing done.
   const std::size_t user_links = running(std::span(wait_list, num_events));
@@ -820,6 +840,7 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
   link_waits(final_event, std::span(wait_list, num_events), user_links, sc);
   sc.submission.clear();
   held_failures().hold_if_failing_early(final_event);
+  if (type == CL_COMMAND_UNMAP_MEM_OBJECT && unmapped != nullptr) compat::mark_unmap_committed(unmapped);
   return CL_SUCCESS;
 }
 
@@ -911,7 +932,8 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     sc.uses.push_back(u);
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
-                                  destination(command_queue, mig_flags), sc);
+                                  destination(command_queue, mig_flags), sc,
+                                  buffer_usage != nullptr ? buffer_usage->buffer : nullptr);
   if (err != CL_SUCCESS) return err;
   // The node holds each entry's buffer until it has run
   // (pocl_mem_manager_free_command releases them with the list).
@@ -972,7 +994,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     sc.mems = sc.many_once;
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
-                                  destination(command_queue, mig_flags), sc);
+                                  destination(command_queue, mig_flags), sc, buffers[0]);
   if (err != CL_SUCCESS) return err;
   // Held until the command finishes (pocl_free_event_memobjs); an unmap
   // releases the reference its map took.
