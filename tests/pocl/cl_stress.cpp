@@ -16,7 +16,7 @@
 //
 //   memlayer-cl-stress [--ops N] [--seed S] [--buffers B] [--elements E]
 //                      [--queues-per-device Q] [--sub-buffers 0|1|2]
-//                      [--faults 0|1]
+//                      [--faults 0|1] [--stats 0|1]
 // --sub-buffers: 1 (default) the quarters and the overlapping halves, 2 the
 // quarters only, 0 none (whole buffers only).
 // --faults 1: the devices inject faults (the memlayer driver's
@@ -26,6 +26,10 @@
 // unknown until written again) and stops waiting for the failed chain, as an
 // application that handles errors would. Every read of known elements is
 // still checked, and at least one command must have failed.
+// --stats 1: prints the working set (every buffer's bytes), the ops per
+// second from the first op to the last one finished, and what memlayer's
+// engine moved meanwhile (bytes per byte of working set, evictions):
+// bench/stress/pocl-oversubscription.sh reads them.
 // Exit status: 0 when every check passed, 1 on a mismatch (or, with
 // --faults 1, when nothing failed), 2 on an error.
 #include <algorithm>
@@ -36,6 +40,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -69,6 +74,7 @@ struct Options {
   unsigned queues_per_device = 2;
   unsigned sub_buffers = 1;
   bool faults = false;
+  bool stats = false;
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -86,6 +92,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--queues-per-device" && v > 0) o.queues_per_device = static_cast<unsigned>(v);
     else if (a == "--sub-buffers" && v <= 2) o.sub_buffers = static_cast<unsigned>(v);
     else if (a == "--faults" && v <= 1) o.faults = v == 1;
+    else if (a == "--stats" && v <= 1) o.stats = v == 1;
     else {
       std::fprintf(stderr, "bad option %s %s (see the header of cl_stress.cpp)\n", a.c_str(), argv[i]);
       return false;
@@ -137,12 +144,17 @@ class Stress {
     check(err, "clCreateKernel(reverse_groups)");
     make_buffers();
 
+    if (o_.stats)  // the buffers' first writes are not the ops timed
+      for (auto& q : queues_) CL_CHECK(clFinish(q.get()));
+    const auto moved_before = o_.stats ? find_migration_stats() : std::nullopt;
+    const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t i = 0; i < o_.ops; ++i) {
       step(i);
       if (reads_.size() > 64) retire(reads_.size() - 32);
     }
     for (auto& q : queues_) CL_CHECK(clFinish(q.get()));
     retire(reads_.size());
+    if (o_.stats) print_stats(moved_before, std::chrono::steady_clock::now() - start);
     final_check();
 
     std::printf("memlayer-cl-stress: %zu devices, %zu queues, %u buffers x %zu KiB, %" PRIu64
@@ -168,6 +180,17 @@ class Stress {
   }
 
  private:
+  // --stats 1's lines (the header's).
+  void print_stats(const std::optional<MigrationStats>& before, std::chrono::steady_clock::duration took) const {
+    const double seconds = std::chrono::duration<double>(took).count();
+    const double working_set = static_cast<double>(o_.buffers) * static_cast<double>(o_.elements) * 4;
+    std::printf("  working set %.0f bytes; %.0f ops/s\n", working_set, static_cast<double>(o_.ops) / seconds);
+    const auto after = find_migration_stats();
+    if (!before || !after) return;  // PoCL's own engine: no counters
+    std::printf("  moved %.2f bytes per byte of working set; %" PRIu64 " evictions\n",
+                static_cast<double>(after->moved() - before->moved()) / working_set, after->evictions - before->evictions);
+  }
+
   void make_buffers() {
     cl_int err = CL_SUCCESS;
     const std::size_t bytes = o_.elements * 4;
