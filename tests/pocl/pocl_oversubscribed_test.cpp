@@ -6,7 +6,8 @@
 // host. Some commands wait for a user event that the test opens after more
 // enqueues. No enqueue may fail (each command's buffers fit its device), and
 // every byte is checked against a host model at the end. Each run is under
-// a watchdog: a wait that cannot end fails the test.
+// a watchdog: a wait that cannot end fails the test. Last, a mapped buffer
+// whose unmap is queued gives up its room to a command that needs it.
 //
 // Ordering is the application's, as OpenCL requires on out-of-order
 // queues: a command that reads a buffer waits for its last writer, one that
