@@ -33,6 +33,9 @@ EngineStats Engine::stats() const noexcept {
   s.bytes_written_back = counters_.bytes_written_back.load();
   s.bytes_lost = counters_.bytes_lost.load();
   s.compactions = counters_.compactions.load();
+  s.fast_path = fast_path_taken_.load();
+  const std::uint64_t places = places_.load();  // first: each counted there is in stamp_ already
+  s.enqueues = stamp_.load() - places;
   return s;
 }
 

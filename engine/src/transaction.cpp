@@ -53,6 +53,11 @@ std::optional<EnqueueError> Transaction::run() {
     out_.storage_.assign(uses_.size(), 0);
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (fast_path()) {  // committed: nothing more can fail
+      dedupe_waits();
+      unlock_all();
+      return std::nullopt;
+    }
     failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
@@ -77,7 +82,10 @@ std::optional<EnqueueError> Transaction::run_place() {
     group_uses();
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
-    if (!failed) s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
+    if (!failed) {
+      s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
+      engine_.places_.fetch_add(1);  // after its stamp: stats() never counts more places than stamps
+    }
   } catch (...) {
     failed = error_of_exception();
   }

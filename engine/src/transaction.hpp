@@ -76,6 +76,7 @@ class Transaction {
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
+  bool fast_path();  // fast_path.cpp
   std::optional<EnqueueError> place_all();
   std::optional<EnqueueError> place_largest_first();  // s_.to_place
   std::optional<EnqueueError> compact(EnqueueError full);

@@ -151,14 +151,6 @@ void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
   }
 }
 
-[[gnu::always_inline]] inline const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
-  static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
-  if (s.anywhere) return &kAnywhere;
-  for (const Holder& h : s.holders)
-    if (h.where == l) return &h;
-  return nullptr;
-}
-
 void RangeVersions::set_holder(Span& s, Location l, Event ready) {
   ops_.hold(ready);
   for (Holder& h : s.holders) {
@@ -552,6 +544,23 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
     for (auto it = first; it != spans_.end() && it->first < end; ++it) plan_waits(it->second, access, at, out);
   });
   prepare_commit(uses, out);
+}
+
+// The fast path: plan()'s exact-span case with nothing to fetch, settle or
+// forget, deciding only.
+std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
+  const auto it = exact_span(std::span(&use, 1));
+  if (it == spans_.end()) return std::nullopt;
+  const bool for_write = writes(use.access);
+  if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
+  if (for_write && undo_.size() - first_undo_ >= kMaxUndo) return std::nullopt;  // write_span() would forget
+  Span& s = it->second;
+  if (!settled(s, for_write)) return std::nullopt;
+  if (reads_old_content(use.access) && holder(s, at) == nullptr) return std::nullopt;
+  make_room(s, 0, readers_a_use_adds(use.access));
+  if (for_write) detail::reserve_more(undo_, 1);
+  fast_span_ = it;
+  return 2 + (for_write ? s.readers.size() : 0);
 }
 
 // Room in `s` for `holders` holders and `readers` readers more, so that a
