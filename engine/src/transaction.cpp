@@ -124,8 +124,6 @@ void Transaction::drop(Event e) noexcept {
 // ---- buffers and locks ----------------------------------------------------
 
 void Transaction::group_uses() {
-  s_.uses.clear();
-  s_.groups.clear();
   s_.pending.clear();
   s_.deps.clear();
   s_.placed.clear();
@@ -133,6 +131,14 @@ void Transaction::group_uses() {
   const bool same_buffers =
       !uses_.empty() && s_.order_of.size() == uses_.size() &&
       std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
+  if (same_buffers && s_.grouped) {  // the groups stand; only the ranges and accesses may differ
+    for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
+    for (EnqueueScratch::Group& g : s_.groups) g.first_copy = 0, g.plan = EnqueueScratch::Group::kNoCopies;
+    return;
+  }
+  s_.grouped = false;  // first: out of memory below, no half-built groups are reused
+  s_.uses.clear();
+  s_.groups.clear();
   if (!same_buffers) {
     s_.order_of.clear();  // first: out of memory below, no stale order is reused
     s_.order.clear();
@@ -154,6 +160,7 @@ void Transaction::group_uses() {
     s_.uses.push_back(uses_[index].use);
     ++s_.groups.back().count;
   }
+  s_.grouped = true;
 }
 
 // Address order: two commands on the same buffers never wait for each other.

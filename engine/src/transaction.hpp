@@ -40,6 +40,7 @@ struct EnqueueScratch {
   // command with the same arguments as the one before (a kernel enqueued
   // again) reuses it instead of sorting.
   std::vector<Buffer*> order_of;
+  bool grouped = false;  // groups and uses were built from `order` (kept for the same buffers)
   std::vector<migration::Use> uses;
   std::vector<Group> groups;
   migration::Plan planning;                  // each buffer is planned here

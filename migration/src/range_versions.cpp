@@ -601,27 +601,31 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
 }
 
+// The undo records are full: completed writers behind a running one go
+// first, then the oldest, down to three quarters, so that the next
+// kMaxUndo / 4 writes scan nothing. Out of line: rare, and its body would
+// make write_span() save every register.
+[[gnu::noinline, gnu::cold]] void RangeVersions::forget_oldest_undo() {
+  std::size_t kept = 0;
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    if (ops_.state(undo_[i].writer) == EventStatus::completed) {
+      forget_undo(i);
+      continue;
+    }
+    if (kept != i) undo_[kept] = std::move(undo_[i]);
+    ++kept;
+  }
+  undo_.resize(kept);
+  first_undo_ = 0;
+  while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
+}
+
 // The command's bytes [offset, offset + size) are the new version, held only
 // where it runs; what they were goes into an undo record until it
 // completes.
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
-  if (undo_.size() - first_undo_ == kMaxUndo) {
-    // Completed writers behind a running one go first, then the oldest,
-    // down to three quarters: the next kMaxUndo / 4 writes scan nothing.
-    std::size_t kept = 0;
-    for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
-      if (ops_.state(undo_[i].writer) == EventStatus::completed) {
-        forget_undo(i);
-        continue;
-      }
-      if (kept != i) undo_[kept] = std::move(undo_[i]);
-      ++kept;
-    }
-    undo_.resize(kept);
-    first_undo_ = 0;
-    while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
-  }
+  if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
   undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
   s.version = version;

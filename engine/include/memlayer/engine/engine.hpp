@@ -270,8 +270,9 @@ class Engine {
   /// eviction.
   [[nodiscard]] std::optional<EnqueueError> place(Buffer& buffer, Location at, Submission& out);
 
-  /// Turns the fast path (enqueue()) on (the default) or off, for tests
-  /// and measurements that compare the two: both decide the same. Takes
+  /// Turns the fast path (enqueue()) on or off, for tests and measurements
+  /// that compare the two: both decide the same. It starts on, unless the
+  /// environment has MEMLAYER_FAST_PATH=0 when the engine is made. Takes
   /// effect at the next enqueue of any thread. O(1), thread-safe.
   void set_fast_path(bool on) noexcept { fast_path_on_.store(on, std::memory_order_relaxed); }
 

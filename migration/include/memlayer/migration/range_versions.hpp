@@ -281,6 +281,7 @@ class RangeVersions {
   bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);
   void forget_undo(std::size_t index);
+  void forget_oldest_undo();
   void add_reader(Span& s, Event e);
   void prune(Span& s);
   [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
