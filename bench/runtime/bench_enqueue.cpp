@@ -77,6 +77,74 @@ void BM_RuntimeKernelEnqueue(benchmark::State& state) {
 
 BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
 
+// Enqueues from several threads at once, each with its own queue and its
+// own N buffers on one shared context (commands on disjoint buffers never
+// wait for each other's locks: engine.hpp): batches of 64 kernels, each
+// batch ended by finish(). Kernels per second over all threads (wall time)
+// says how enqueueing scales; on a 2-core machine, past 2 threads they
+// share a core.
+void BM_RuntimeKernelEnqueueThreads(benchmark::State& state) {
+  static const std::shared_ptr<Context> ctx = one_sim_device();  // shared by every thread and run
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto q = must(ctx->create_queue(0), "create a queue");
+  std::vector<KernelArg> args;
+  for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer")});
+  const KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
+  if (must(q->enqueue_kernel(kernel, args), "enqueue").wait() != cl::kComplete) {
+    state.SkipWithError("the first kernel failed");
+    return;
+  }
+  constexpr int kBatch = 64;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) {
+      if (auto e = q->enqueue_kernel(kernel, args); !e.ok()) {
+        state.SkipWithError(e.error().message.c_str());
+        return;
+      }
+    }
+    if (Status s = q->finish(); !s.ok()) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+BENCHMARK(BM_RuntimeKernelEnqueueThreads)->Arg(16)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+// Total CPU per kernel, not only its enqueue: batches of 256 small kernels
+// (N buffer arguments, nothing to migrate) on an in-order queue, each batch
+// ended by finish(). Wall time, and the whole process's CPU time (user +
+// system, every thread: the device's workers too), so that cost moved to
+// another thread still counts: CPU per kernel = the CPU column / 256.
+void BM_RuntimeKernelStream(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto ctx = one_sim_device();
+  auto q = must(ctx->create_queue(0), "create a queue");
+  std::vector<KernelArg> args;
+  for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer")});
+  const KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
+  constexpr int kBatch = 256;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) {
+      if (auto e = q->enqueue_kernel(kernel, args); !e.ok()) {
+        state.SkipWithError(e.error().message.c_str());
+        return;
+      }
+    }
+    if (Status s = q->finish(); !s.ok()) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  const ContextStats st = ctx->stats();
+  state.counters["fast_path_share"] =
+      st.enqueues ? static_cast<double>(st.fast_path) / static_cast<double>(st.enqueues) : 0.0;
+}
+
+BENCHMARK(BM_RuntimeKernelStream)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->MeasureProcessCPUTime()->UseRealTime();
+
 // The cost of one kernel enqueue with `depth` kernels already queued on the
 // same buffers, each behind one user event (readers, writers, or both in
 // turn), none of them run: an enqueue must cost the same whatever the depth (no
