@@ -137,6 +137,56 @@ void BM_EnqueueBehindQueued(benchmark::State& state) {
   time_enqueues(state, k, static_cast<int>(state.range(0)), true);
 }
 
+// Total CPU per kernel, not only its enqueue: batches of 256 small kernels
+// (64 work-items, N buffer arguments valid on the device: nothing
+// migrates) on device 0's in-order queue, each batch ended by clFinish.
+// Wall time, and the whole process's CPU time (user + system, every
+// thread: PoCL's device workers too), so that cost moved to another thread
+// still counts: CPU per kernel = the CPU column / 256.
+void BM_KernelStream(benchmark::State& state) {
+  const auto n = static_cast<cl_uint>(state.range(0));
+  state.SetLabel(engine());
+  std::vector<Mem> bufs;
+  const Kernel k = kernel_on_device("k" + std::to_string(n), n, CL_MEM_READ_WRITE, bufs);
+  cl_command_queue q = setup().queues[0].get();
+  const std::size_t global = 64;
+  constexpr int kBatch = 256;
+  (void)find_migration_stats(true);
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i)
+      CL_CHECK(clEnqueueNDRangeKernel(q, k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
+    CL_CHECK(clFinish(q));
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  // The share of enqueues memlayer's engine took by its fast path (0 under
+  // PoCL's own engine, which counts none).
+  if (const auto st = find_migration_stats(); st && st->enqueues != 0)
+    state.counters["fast_path_share"] = static_cast<double>(st->fast_path_enqueues) / static_cast<double>(st->enqueues);
+}
+
+// Enqueues from several threads at once on device 0, each with its own
+// in-order queue, kernel object and 16 buffers (disjoint: nothing orders
+// one thread's commands after another's): batches of 64 kernels, each
+// ended by clFinish. Kernels per second over all threads (wall time) says
+// how enqueueing scales; on a 2-core machine, past 2 threads they share a
+// core with PoCL's device workers.
+void BM_KernelEnqueueThreads(benchmark::State& state) {
+  state.SetLabel(engine());
+  std::vector<Mem> bufs;
+  const Kernel k = kernel_on_device("k16", 16, CL_MEM_READ_WRITE, bufs);
+  cl_int err = CL_SUCCESS;
+  Queue q(clCreateCommandQueueWithProperties(setup().ctx.get(), setup().devices[0], nullptr, &err));
+  check(err, "clCreateCommandQueueWithProperties");
+  const std::size_t global = 64;
+  constexpr int kBatch = 64;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i)
+      CL_CHECK(clEnqueueNDRangeKernel(q.get(), k.get(), 1, nullptr, &global, nullptr, 0, nullptr, nullptr));
+    CL_CHECK(clFinish(q.get()));
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
 void BM_SubBufferPingPong(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   state.SetLabel(engine());
@@ -200,6 +250,8 @@ void BM_FanOut(benchmark::State& state) {
 }
 
 BENCHMARK(BM_KernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
+BENCHMARK(BM_KernelStream)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_KernelEnqueueThreads)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 BENCHMARK(BM_SubBufferPingPong)->Arg(64 << 10)->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_FanOut)->UseRealTime();
 BENCHMARK(BM_EnqueueBehindQueued)->Arg(100)->Arg(1000)->Arg(10000)->Iterations(3)->UseManualTime();

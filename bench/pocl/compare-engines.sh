@@ -8,7 +8,8 @@
 #
 # Needs the environment of `./memlayer pocl-env` (`./memlayer bench-pocl`
 # sets it, builds what this needs and calls this). Kernel enqueue times are
-# per enqueue (the benchmark times batches of 64). CPU_DEVICE: PoCL's CPU
+# per enqueue (the benchmark times batches of 64); kernel stream times per
+# kernel, wall and (the "CPU" rows) the whole process's CPU time. CPU_DEVICE: PoCL's CPU
 # device for the small-command run (pthread, the default, on 3.1; cpu on 7.1).
 set -euo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
@@ -34,7 +35,7 @@ run() {  # engine program devices filter: one run, medians appended to $out
   before=$(wc -l <"$out")
   POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=$3 "$bench/$2" --benchmark_filter="$4" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_color=false 2>"$err" |
-    awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2}' >>"$out" || status=$?
+    awk -v e="$1" '$1 ~ /_median$/ {print e, $1, $2, $4}' >>"$out" || status=$?
   bench_run_ended compare-engines "$2 (POCL_MEMLAYER_MIGRATION=$1 POCL_DEVICES=\"$3\")" "$status" "$before"
 }
 
@@ -49,8 +50,13 @@ done
 awk -f "$here/median.awk" -f /dev/stdin "$out" <<'AWK'
   {
     name = $2; sub(/_median$/, "", name)
-    ns = $3 / (name ~ /KernelEnqueue/ ? 64 : 1)
-    times[name, $1] = times[name, $1] " " ns
+    per = name ~ /KernelEnqueue/ ? 64 : name ~ /KernelStream/ ? 256 : 1
+    add(name, $1, $3 / per)
+    # A stream's CPU time is the whole process's: a row of its own.
+    if (name ~ /KernelStream/) add(name " CPU", $1, $4 / per)
+  }
+  function add(name, engine, ns) {
+    times[name, engine] = times[name, engine] " " ns
     if (!(name in seen)) { seen[name] = 1; order[++count] = name }
   }
   END {

@@ -43,25 +43,53 @@ std::shared_ptr<Context> one_sim_device() {
   return must(Context::create(std::move(devices)), "create the context");
 }
 
-void BM_RuntimeKernelEnqueue(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  auto ctx = one_sim_device();
-  auto q = must(ctx->create_queue(0), "create a queue");
+// A queue on `ctx`'s device and a kernel over `n` new buffers of 256
+// bytes, run once: every buffer is then placed and valid on the device, and
+// nothing migrates after. `ok` is false (the benchmark skipped) if that run
+// failed.
+struct KernelOnDevice {
+  std::shared_ptr<Queue> q;
   std::vector<KernelArg> args;
-  for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx->create_buffer(mem::kReadWrite, 256), "create a buffer")});
-  const KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
-  // Every buffer placed on the device first: then nothing migrates.
-  if (must(q->enqueue_kernel(kernel, args), "enqueue").wait() != cl::kComplete) {
-    state.SkipWithError("the first kernel failed");
-    return;
+  KernelFunction kernel = [](std::span<void* const>) { return Status{}; };
+  bool ok = false;
+
+  KernelOnDevice(benchmark::State& state, Context& ctx, std::size_t n) : q(must(ctx.create_queue(0), "create a queue")) {
+    for (std::size_t i = 0; i < n; ++i) args.push_back({must(ctx.create_buffer(mem::kReadWrite, 256), "create a buffer")});
+    ok = must(q->enqueue_kernel(kernel, args), "enqueue").wait() == cl::kComplete;
+    if (!ok) state.SkipWithError("the first kernel failed");
   }
+
+  // Each iteration: `batch` enqueues, then finish(). False on a failure
+  // (the benchmark skipped).
+  bool batches(benchmark::State& state, int batch) {
+    for (auto _ : state) {
+      for (int i = 0; i < batch; ++i) {
+        if (auto e = q->enqueue_kernel(kernel, args); !e.ok()) {
+          state.SkipWithError(e.error().message.c_str());
+          return false;
+        }
+      }
+      if (Status s = q->finish(); !s.ok()) {
+        state.SkipWithError(s.message.c_str());
+        return false;
+      }
+    }
+    state.SetItemsProcessed(state.iterations() * batch);
+    return true;
+  }
+};
+
+void BM_RuntimeKernelEnqueue(benchmark::State& state) {
+  auto ctx = one_sim_device();
+  KernelOnDevice k(state, *ctx, static_cast<std::size_t>(state.range(0)));
+  if (!k.ok) return;
   constexpr int kBatch = 64;
   for (auto _ : state) {
     Event gate = ctx->create_user_event();
     const std::vector<Event> held{gate};
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kBatch; ++i) {
-      auto e = q->enqueue_kernel(kernel, args, i == 0 ? std::span<const Event>(held) : std::span<const Event>());
+      auto e = k.q->enqueue_kernel(k.kernel, k.args, i == 0 ? std::span<const Event>(held) : std::span<const Event>());
       if (!e.ok()) {
         state.SkipWithError(e.error().message.c_str());
         break;
@@ -70,12 +98,42 @@ void BM_RuntimeKernelEnqueue(benchmark::State& state) {
     const auto stop = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
     (void)gate.set_user_status(cl::kComplete);
-    (void)q->finish();
+    (void)k.q->finish();
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
 BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
+
+// Enqueues from several threads at once, each with its own queue and its
+// own N buffers on one shared context (commands on disjoint buffers never
+// wait for each other's locks: engine.hpp): batches of 64 kernels, each
+// batch ended by finish(). Kernels per second over all threads (wall time)
+// says how enqueueing scales; on a 2-core machine, past 2 threads they
+// share a core.
+void BM_RuntimeKernelEnqueueThreads(benchmark::State& state) {
+  static const std::shared_ptr<Context> ctx = one_sim_device();  // shared by every thread and run
+  KernelOnDevice k(state, *ctx, static_cast<std::size_t>(state.range(0)));
+  if (k.ok) k.batches(state, 64);
+}
+
+BENCHMARK(BM_RuntimeKernelEnqueueThreads)->Arg(16)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+// Total CPU per kernel, not only its enqueue: batches of 256 small kernels
+// (N buffer arguments, nothing to migrate) on an in-order queue, each batch
+// ended by finish(). Wall time, and the whole process's CPU time (user +
+// system, every thread: the device's workers too), so that cost moved to
+// another thread still counts: CPU per kernel = the CPU column / 256.
+void BM_RuntimeKernelStream(benchmark::State& state) {
+  auto ctx = one_sim_device();
+  KernelOnDevice k(state, *ctx, static_cast<std::size_t>(state.range(0)));
+  if (!k.ok || !k.batches(state, 256)) return;
+  const ContextStats st = ctx->stats();
+  state.counters["fast_path_share"] =
+      st.enqueues ? static_cast<double>(st.fast_path) / static_cast<double>(st.enqueues) : 0.0;
+}
+
+BENCHMARK(BM_RuntimeKernelStream)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->MeasureProcessCPUTime()->UseRealTime();
 
 // The cost of one kernel enqueue with `depth` kernels already queued on the
 // same buffers, each behind one user event (readers, writers, or both in

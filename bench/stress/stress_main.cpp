@@ -813,6 +813,8 @@ int main(int argc, char** argv) {
   std::printf("  evictions %" PRIu64 ", write-backs %" PRIu64 ", compactions %" PRIu64 "; %" PRIu64
               " buffers released with commands queued and made anew\n",
               st.evictions, st.write_backs, st.compactions, s.renewed_buffers.load());
+  std::printf("  fast path: %" PRIu64 " of %" PRIu64 " engine enqueues (%.1f%%)\n", st.fast_path, st.enqueues,
+              st.enqueues ? 100.0 * static_cast<double>(st.fast_path) / static_cast<double>(st.enqueues) : 0.0);
   const double ws = static_cast<double>(s.working_set.load());
   std::printf("  working set %" PRIu64 " bytes = %.2fx a device's memory; migrated %.2f bytes per byte of it\n",
               s.working_set.load(), ws / static_cast<double>(opt.memory), static_cast<double>(st.bytes_migrated) / ws);

@@ -2,9 +2,23 @@
 
 #include "transaction.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace memlayer::engine {
 
-Engine::Engine(Host& host) : host_(host) {}
+namespace {
+
+// MEMLAYER_FAST_PATH=0 starts engines with the fast path off, so that a
+// benchmark or a driver (PoCL's) compares both without a rebuild.
+bool fast_path_by_default() {
+  const char* v = std::getenv("MEMLAYER_FAST_PATH");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+Engine::Engine(Host& host) : host_(host) { fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed); }
 
 Engine::~Engine() = default;
 
@@ -33,6 +47,9 @@ EngineStats Engine::stats() const noexcept {
   s.bytes_written_back = counters_.bytes_written_back.load();
   s.bytes_lost = counters_.bytes_lost.load();
   s.compactions = counters_.compactions.load();
+  s.fast_path = fast_path_taken_.load();
+  const std::uint64_t places = places_.load();  // first: each counted there is in stamp_ already
+  s.enqueues = stamp_.load() - places;
   return s;
 }
 

@@ -53,6 +53,11 @@ std::optional<EnqueueError> Transaction::run() {
     out_.storage_.assign(uses_.size(), 0);
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (fast_path()) {  // committed: nothing more can fail
+      dedupe_waits();
+      unlock_all();
+      return std::nullopt;
+    }
     failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
@@ -77,7 +82,10 @@ std::optional<EnqueueError> Transaction::run_place() {
     group_uses();
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
-    if (!failed) s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
+    if (!failed) {
+      s_.groups[0].buffer->storage(at_).last_use = engine_.stamp_.fetch_add(1) + 1;
+      engine_.places_.fetch_add(1);  // after its stamp: stats() never counts more places than stamps
+    }
   } catch (...) {
     failed = error_of_exception();
   }
@@ -116,8 +124,6 @@ void Transaction::drop(Event e) noexcept {
 // ---- buffers and locks ----------------------------------------------------
 
 void Transaction::group_uses() {
-  s_.uses.clear();
-  s_.groups.clear();
   s_.pending.clear();
   s_.deps.clear();
   s_.placed.clear();
@@ -125,6 +131,14 @@ void Transaction::group_uses() {
   const bool same_buffers =
       !uses_.empty() && s_.order_of.size() == uses_.size() &&
       std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
+  if (same_buffers && s_.grouped) {  // the groups stand; only the ranges and accesses may differ
+    for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
+    for (EnqueueScratch::Group& g : s_.groups) g.first_copy = 0, g.plan = EnqueueScratch::Group::kNoCopies;
+    return;
+  }
+  s_.grouped = false;  // first: out of memory below, no half-built groups are reused
+  s_.uses.clear();
+  s_.groups.clear();
   if (!same_buffers) {
     s_.order_of.clear();  // first: out of memory below, no stale order is reused
     s_.order.clear();
@@ -146,6 +160,7 @@ void Transaction::group_uses() {
     s_.uses.push_back(uses_[index].use);
     ++s_.groups.back().count;
   }
+  s_.grouped = true;
 }
 
 // Address order: two commands on the same buffers never wait for each other.

@@ -40,6 +40,7 @@ struct EnqueueScratch {
   // command with the same arguments as the one before (a kernel enqueued
   // again) reuses it instead of sorting.
   std::vector<Buffer*> order_of;
+  bool grouped = false;  // groups and uses were built from `order` (kept for the same buffers)
   std::vector<migration::Use> uses;
   std::vector<Group> groups;
   migration::Plan planning;                  // each buffer is planned here
@@ -76,6 +77,7 @@ class Transaction {
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
+  bool fast_path();  // fast_path.cpp
   std::optional<EnqueueError> place_all();
   std::optional<EnqueueError> place_largest_first();  // s_.to_place
   std::optional<EnqueueError> compact(EnqueueError full);

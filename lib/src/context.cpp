@@ -138,6 +138,8 @@ ContextStats Context::stats() const {
   s.evictions = e.evictions;
   s.write_backs = e.write_backs;
   s.compactions = e.compactions;
+  s.enqueues = e.enqueues;
+  s.fast_path = e.fast_path;
   s.transfer_retries = state_->transfer_retries.load();
   s.copies_resourced = state_->copies_resourced.load();
   s.bytes_lost = e.bytes_lost;

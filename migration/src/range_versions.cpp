@@ -151,14 +151,6 @@ void RangeVersions::merge_range(std::uint64_t begin, std::uint64_t end) {
   }
 }
 
-[[gnu::always_inline]] inline const RangeVersions::Holder* RangeVersions::holder(const Span& s, Location l) const {
-  static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
-  if (s.anywhere) return &kAnywhere;
-  for (const Holder& h : s.holders)
-    if (h.where == l) return &h;
-  return nullptr;
-}
-
 void RangeVersions::set_holder(Span& s, Location l, Event ready) {
   ops_.hold(ready);
   for (Holder& h : s.holders) {
@@ -554,6 +546,23 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
   prepare_commit(uses, out);
 }
 
+// The fast path: plan()'s exact-span case with nothing to fetch, settle or
+// forget, deciding only.
+std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
+  const auto it = exact_span(std::span(&use, 1));
+  if (it == spans_.end()) return std::nullopt;
+  const bool for_write = writes(use.access);
+  if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
+  if (for_write && undo_.size() - first_undo_ >= kMaxUndo) return std::nullopt;  // write_span() would forget
+  Span& s = it->second;
+  if (!settled(s, for_write)) return std::nullopt;
+  if (reads_old_content(use.access) && holder(s, at) == nullptr) return std::nullopt;
+  make_room(s, 0, readers_a_use_adds(use.access));
+  if (for_write) detail::reserve_more(undo_, 1);
+  fast_span_ = it;
+  return 2 + (for_write ? s.readers.size() : 0);
+}
+
 // Room in `s` for `holders` holders and `readers` readers more, so that a
 // commit adds them without allocating.
 [[gnu::always_inline]] inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32_t readers) {
@@ -592,27 +601,31 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
 }
 
+// The undo records are full: completed writers behind a running one go
+// first, then the oldest, down to three quarters, so that the next
+// kMaxUndo / 4 writes scan nothing. Out of line: rare, and its body would
+// make write_span() save every register.
+[[gnu::noinline, gnu::cold]] void RangeVersions::forget_oldest_undo() {
+  std::size_t kept = 0;
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    if (ops_.state(undo_[i].writer) == EventStatus::completed) {
+      forget_undo(i);
+      continue;
+    }
+    if (kept != i) undo_[kept] = std::move(undo_[i]);
+    ++kept;
+  }
+  undo_.resize(kept);
+  first_undo_ = 0;
+  while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
+}
+
 // The command's bytes [offset, offset + size) are the new version, held only
 // where it runs; what they were goes into an undo record until it
 // completes.
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
-  if (undo_.size() - first_undo_ == kMaxUndo) {
-    // Completed writers behind a running one go first, then the oldest,
-    // down to three quarters: the next kMaxUndo / 4 writes scan nothing.
-    std::size_t kept = 0;
-    for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
-      if (ops_.state(undo_[i].writer) == EventStatus::completed) {
-        forget_undo(i);
-        continue;
-      }
-      if (kept != i) undo_[kept] = std::move(undo_[i]);
-      ++kept;
-    }
-    undo_.resize(kept);
-    first_undo_ = 0;
-    while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
-  }
+  if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
   undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
   s.version = version;

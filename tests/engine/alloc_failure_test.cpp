@@ -251,7 +251,14 @@ class AllocationFailure : public ::testing::Test {
         {{{&a, {512, 512, Access::read}}}, 1},
         {{{&a, {512, 512, Access::read}}}, 2},
         {{{&a, {512, 512, Access::read}}}, 3},  // a third reader: beyond the inline two
-        {{{&a, {0, 8192, Access::overwrite}}, {&b, {4096, 4096, Access::write}}}, 1},
+        {{{&a, {0, 8192, Access::overwrite}}, {&b, {4096, 4096, Access::write}}}, 1},  // `a` one span again
+        // The fast path (engine.hpp): a writer, readers beyond the inline
+        // two (room made in its check pass), a writer after them.
+        {{{&a, {0, 8192, Access::read_write}}}, 1},
+        {{{&a, {0, 8192, Access::read}}}, 1},
+        {{{&a, {0, 8192, Access::read}}}, 1},
+        {{{&a, {0, 8192, Access::read}}}, 1},
+        {{{&a, {0, 8192, Access::write}}}, 1},
         {{{&b, {0, 8192, Access::read_write}}, {&a, {100, 200, Access::read}}}, kHost},
     };
     long failures = 0;
@@ -261,6 +268,7 @@ class AllocationFailure : public ::testing::Test {
       if (i % 2 == 1) host_.run_all();  // some records end, others stay unfinished
     }
     EXPECT_GT(failures, 0) << "no enqueue allocated: the test tried no failure";
+    EXPECT_GE(engine_->stats().fast_path, 4u) << "the script was to go through the fast path";
     // What the successful enqueues made still runs to its end: no dependency
     // on a copy or command a failed attempt left behind (run_all checks that
     // every submitted task became ready).

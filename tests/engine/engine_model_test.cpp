@@ -33,6 +33,7 @@
 #include <optional>
 #include <ostream>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "byte_host.hpp"
@@ -122,6 +123,7 @@ struct Config {
   Faults faults{};
   std::uint64_t device_bytes = 12 << 10;  // 3-12 of the 8 buffers; any two fit
   // 8 KiB: any two still fit, but often in no hole (Transaction::compact)
+  bool kernels = false;  // most ranges whole buffers, as kernel arguments: the engine's fast path
 };
 
 // gtest prints a parameter it cannot name as raw bytes (padding included).
@@ -131,10 +133,13 @@ void PrintTo(const Config& c, std::ostream* os) {
       << (c.faults.resource > 0 ? ", re-sourced copies" : "");
 }
 
-class EngineModel : public ::testing::TestWithParam<Config> {};
+// Each configuration runs with the engine's fast path on (the default) and
+// forced off: both must pass, deciding the same.
+class EngineModel : public ::testing::TestWithParam<std::tuple<Config, bool>> {};
 
 TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
-  const Config cfg = GetParam();
+  const Config cfg = std::get<0>(GetParam());
+  const bool fast_path = std::get<1>(GetParam());
   const bool faulty = cfg.faults.cancel + cfg.faults.fail > 0;
   std::mt19937_64 rng(cfg.seed);
   ByteHost host(cfg.devices, cfg.device_bytes, cfg.seed * 7 + 1);
@@ -148,6 +153,7 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
   EngineStats st{};
   {
     Engine engine(host);
+    engine.set_fast_path(fast_path);
     Submission sub;
     std::vector<std::unique_ptr<ModelBuffer>> buffers;
     World initial;
@@ -233,13 +239,22 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
     };
 
     for (int step = 0; step < 3000; ++step) {
-      const Location at = static_cast<Location>(rng() % (cfg.devices + 1));
+      Location at = static_cast<Location>(rng() % (cfg.devices + 1));
+      if (cfg.kernels && rng() % 8 != 0) at = 1;  // a stream of kernels on one device, now and then others
       const std::size_t ai = rng() % buffers.size(), bi = rng() % buffers.size();
       const std::uint64_t size = sizes[ai];
       std::uint64_t off = rng() % size, n = 1 + rng() % (size - off);
       // A quarter of the ranges are "sub-buffers" (256 bytes, aligned): used
       // again, a range is then often one span (RangeVersions' exact-span path).
-      if (rng() % 4 == 0) off = off / 256 * 256, n = std::min<std::uint64_t>(256, size - off);
+      // Another quarter are whole buffers, as kernel arguments mostly are:
+      // the steady state the engine's fast path takes.
+      if (cfg.kernels && rng() % 8 != 0) {
+        off = 0, n = size;
+      } else if (const auto shape = rng() % 4; shape == 0) {
+        off = off / 256 * 256, n = std::min<std::uint64_t>(256, size - off);
+      } else if (shape == 1) {
+        off = 0, n = size;
+      }
       const int kind = static_cast<int>(rng() % 6);
       const bool gated = rng() % 6 == 0;
       Buffer* a = buffers[ai]->tracked.get();
@@ -304,6 +319,14 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
     }
 
     st = engine.stats();
+    EXPECT_EQ(st.enqueues, commands + busy + failed_enqueues);
+    if (fast_path) {
+      // With room for every buffer, a stream of kernels is mostly steady state.
+      const bool steady = cfg.kernels && cfg.device_bytes >= (16 << 10);
+      EXPECT_GT(st.fast_path, steady ? st.enqueues / (faulty ? 3 : 2) : 0) << "too few enqueues took the fast path to test it";
+    } else {
+      EXPECT_EQ(st.fast_path, 0u) << "the fast path was forced off";
+    }
     if (cfg.device_bytes < (16 << 10)) {
       EXPECT_GT(st.evictions, 100u) << "the devices were meant to be too small";
       EXPECT_GT(st.write_backs, 10u);
@@ -344,7 +367,7 @@ TEST_P(EngineModel, EveryScheduleReadsWhatSequentialOrderWrote) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, EngineModel,
-                         ::testing::Values(Config{1, 1, false}, Config{2, 2, false}, Config{3, 3, false},
+                         ::testing::Combine(::testing::Values(Config{1, 1, false}, Config{2, 2, false}, Config{3, 3, false},
                                            Config{4, 3, true}, Config{5, 2, true}, Config{6, 3, false},
                                            Config{7, 2, false, true}, Config{8, 3, true, true},
                                            // faults: cancelled and half-done commands and copies
@@ -367,14 +390,21 @@ INSTANTIATE_TEST_SUITE_P(Configs, EngineModel,
                                            // devices where two buffers fit, but often in no hole
                                            Config{22, 3, true, false, {}, 8 << 10},
                                            Config{23, 2, false, true, {}, 8 << 10},
-                                           Config{24, 3, true, false, {0.02, 0.02}, 8 << 10}),
-                         [](const ::testing::TestParamInfo<Config>& p) {
-                           const Config& c = p.param;
+                                           Config{24, 3, true, false, {0.02, 0.02}, 8 << 10},
+                                           // mostly whole buffers: the fast path's steady state, and its misses
+                                           Config{25, 2, true, false, {}, 12 << 10, true},
+                                           Config{26, 3, false, true, {0.02, 0.02}, 12 << 10, true},
+                                           Config{27, 2, true, false, {}, 64 << 10, true},
+                                           Config{28, 3, true, false, {0.05, 0.0, 0.0, true}, 64 << 10, true}),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Config, bool>>& p) {
+                           const Config& c = std::get<0>(p.param);
                            return "seed" + std::to_string(c.seed) + "_dev" + std::to_string(c.devices) +
                                   (c.direct_links ? "_d2d" : "") + (c.defer_frees ? "_deferred" : "") +
                                   (c.faults.cancel + c.faults.fail > 0 ? "_faults" : "") +
                                   (c.faults.resource > 0 ? "_resourced" : "") + (c.faults.report_failed ? "_as_pocl" : "") + (c.device_bytes >= (16 << 10) ? "_roomy" : "") +
-                                  (c.device_bytes <= (8 << 10) ? "_tight" : "");
+                                  (c.device_bytes <= (8 << 10) ? "_tight" : "") + (c.kernels ? "_kernels" : "") +
+                                  (std::get<1>(p.param) ? "" : "_slow_path");
                          });
 
 }  // namespace

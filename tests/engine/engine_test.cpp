@@ -534,3 +534,124 @@ TEST_F(EngineTest, AnEnqueueCostsTheSameWhateverIsQueued) {
 }
 
 }  // namespace
+
+// ---- the fast path (engine.hpp: Engine::enqueue) ---------------------------
+
+class FastPathTest : public EngineTest {
+ protected:
+  std::uint64_t taken() const { return engine_->stats().fast_path; }
+  // Enqueues `uses` at `at`; expects success, and the fast path taken or not.
+  Task* expect(std::vector<BufferUse> uses, Location at, bool fast, int line = __builtin_LINE()) {
+    const std::uint64_t before = taken();
+    Task* t = enqueue(std::move(uses), at);
+    EXPECT_NE(t, nullptr) << "line " << line;
+    EXPECT_EQ(taken() - before, fast ? 1u : 0u)
+        << "line " << line << ": " << (fast ? "the fast path was not taken" : "the fast path was taken");
+    return t;
+  }
+};
+
+TEST_F(FastPathTest, TakesTheSteadyStateWithItsWaits) {
+  Buffer& a = make(2048, true);
+  Buffer& b = make(1024, false);
+  Task* first = expect({{&a, {0, 2048, Access::read_write}}, {&b, {0, 1024, Access::read}}}, 1, false);  // placed, copied
+  Task* w = expect({{&a, {0, 2048, Access::read_write}}, {&b, {0, 1024, Access::overwrite}}}, 1, true);
+  ASSERT_EQ(sub_.waits().size(), 1u) << "the last writer of a and the reader of b, once";
+  EXPECT_EQ(sub_.waits()[0], first);
+  Task* r1 = expect({{&a, {0, 2048, Access::read}}}, 1, true);
+  ASSERT_EQ(sub_.waits().size(), 1u);
+  EXPECT_EQ(sub_.waits()[0], w);
+  Task* r2 = expect({{&a, {0, 2048, Access::read}}}, 1, true);
+  // A writer after readers waits for each of them and the last writer.
+  expect({{&a, {0, 2048, Access::write}}}, 1, true);
+  std::vector<Event> waits(sub_.waits().begin(), sub_.waits().end());
+  std::sort(waits.begin(), waits.end());
+  std::vector<Event> want{w, r1, r2};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(waits, want);
+  EXPECT_EQ(engine_->stats().bytes_migrated, 2048u) << "only the first command copied";
+  EXPECT_EQ(engine_->stats().enqueues, 5u);
+  host_.run_all();
+}
+
+TEST_F(FastPathTest, FallsBackOnEachMiss) {
+  Buffer& a = make(2048, true);
+  expect({{&a, {0, 2048, Access::read_write}}}, 1, false);  // no storage at 1 yet
+  expect({{&a, {0, 2048, Access::read_write}}}, 1, true);
+  expect({{&a, {0, 2048, Access::read}}, {&a, {0, 2048, Access::read}}}, 1, false);  // the buffer twice
+  expect({{&a, {0, 2048, Access::read}}}, 2, false);  // not valid at 2: copied
+  expect({{&a, {0, 2048, Access::read}}}, 2, true);
+  expect({{&a, {0, 2048, Access::read_write}}}, 1, true);  // valid at 1 still (2 holds a copy)
+  expect({{&a, {0, 2048, Access::read}}}, 2, false);       // 2's copy is stale now
+  engine_->set_fast_path(false);
+  expect({{&a, {0, 2048, Access::read}}}, 2, false);
+  engine_->set_fast_path(true);
+  expect({{&a, {0, 2048, Access::read}}}, 2, true);
+  // Part of a buffer: its spans are cut there, and whole uses take the
+  // general steps until a write of the whole makes it one span again.
+  expect({{&a, {0, 1024, Access::read}}}, 1, false);
+  expect({{&a, {0, 2048, Access::read}}}, 1, false);
+  expect({{&a, {0, 2048, Access::read_write}}}, 1, false);
+  expect({{&a, {0, 2048, Access::read_write}}}, 1, true);
+  host_.run_all();
+  EXPECT_TRUE(a.valid_at(1, 0, 2048));
+  EXPECT_FALSE(a.valid_at(2, 0, 2048));
+}
+
+// A last writer that failed: the general steps settle the buffer first
+// (its content before the writer is current again), then the fast path
+// serves the next command.
+TEST_F(FastPathTest, FallsBackWhenADependencyFailed) {
+  Buffer& a = make(2048, true);
+  expect({{&a, {0, 2048, Access::read}}}, 1, false);
+  host_.run_all();
+  Task& gate = host_.user_event();
+  Task& w = host_.command(nullptr);
+  const std::vector<BufferUse> write{{&a, {0, 2048, Access::read_write}}};
+  ASSERT_FALSE(engine_->enqueue(write, 1, &w, sub_).has_value());
+  EXPECT_EQ(taken(), 1u);
+  std::vector<Task*> gates{&gate};
+  host_.start(w, sub_.waits(), gates);
+  host_.end_user(gate, false);
+  host_.run_all();
+  ASSERT_TRUE(w.failed());
+  Task* r = expect({{&a, {0, 2048, Access::read}}}, 1, false);
+  for (Event e : sub_.waits()) EXPECT_FALSE(static_cast<Task*>(e)->failed()) << "waits for the failed writer";
+  expect({{&a, {0, 2048, Access::read}}}, 1, true);
+  host_.run_all();
+  EXPECT_FALSE(r->failed());
+  EXPECT_EQ(a.bytes_lost(), 0u);
+}
+
+// Storage placed over evicted storage is fenced until that storage's last
+// users have finished: the general steps wait for the fences (and drop
+// them once they have ended), the fast path only takes unfenced storage.
+TEST_F(FastPathTest, FallsBackWhileTheStorageIsFenced) {
+  Buffer& old = make(8 << 10, false);
+  Buffer& next = make(8 << 10, false);
+  Task* user = expect({{&old, {0, 8 << 10, Access::read_write}}}, 1, false);
+  expect({{&next, {0, 8 << 10, Access::read_write}}}, 1, false);  // evicts `old`, whose user has not run
+  EXPECT_FALSE(old.has_storage(1));
+  EXPECT_FALSE(user->done);
+  expect({{&next, {0, 8 << 10, Access::read}}}, 1, false);  // the fence has not ended
+  host_.run_all();
+  expect({{&next, {0, 8 << 10, Access::read}}}, 1, false);  // it has: dropped now
+  expect({{&next, {0, 8 << 10, Access::read}}}, 1, true);
+  host_.run_all();
+}
+
+// A buffer keeps the undo records of at most 1,024 unfinished writers: a
+// writer that would make one more goes the general way, which forgets the
+// oldest.
+TEST_F(FastPathTest, FallsBackWhenTheUndoRecordsAreFull) {
+  Buffer& a = make(64, false);
+  expect({{&a, {0, 64, Access::read_write}}}, 1, false);
+  for (int i = 1; i < 1024; ++i) {
+    const std::uint64_t before = taken();
+    ASSERT_NE(enqueue({{&a, {0, 64, Access::read_write}}}, 1), nullptr);
+    ASSERT_EQ(taken(), before + 1) << "writer " << i;
+  }
+  expect({{&a, {0, 64, Access::read_write}}}, 1, false);
+  expect({{&a, {0, 64, Access::read_write}}}, 1, true);
+  host_.run_all();
+}

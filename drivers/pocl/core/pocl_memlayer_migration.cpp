@@ -623,11 +623,11 @@ struct Counters {
   std::atomic<uint64_t> commands[4]{};
   std::atomic<uint64_t> bytes[4]{};
   // Evictions of released contexts (live ones are read from their engines).
-  std::atomic<uint64_t> retired_evictions{0}, retired_written_back{0};
+  std::atomic<uint64_t> retired_evictions{0}, retired_written_back{0}, retired_enqueues{0}, retired_fast_path{0};
   // pocl_ml_migration_retry's outcomes.
   std::atomic<uint64_t> resourced{0}, last_copy_retries{0};
   // What a reset subtracted.
-  std::atomic<uint64_t> evictions_base{0}, written_back_base{0};
+  std::atomic<uint64_t> evictions_base{0}, written_back_base{0}, enqueues_base{0}, fast_path_base{0};
 };
 Counters g_counters;
 
@@ -1022,6 +1022,8 @@ void pocl_ml_release_context(cl_context context) {
     const auto st = owned->engine.stats();
     g_counters.retired_evictions += st.evictions;
     g_counters.retired_written_back += st.bytes_written_back;
+    g_counters.retired_enqueues += st.enqueues;
+    g_counters.retired_fast_path += st.fast_path;
     std::lock_guard<std::mutex> lock(g_context_mutex);
     g_live_contexts.remove(owned.get());
   }
@@ -1062,19 +1064,26 @@ void memlayer_pocl_get_migration_stats(memlayer_pocl_migration_stats* out, int r
   out->migrations_resourced = take(g_counters.resourced);
   out->last_copy_retries = take(g_counters.last_copy_retries);
   uint64_t evictions = g_counters.retired_evictions, written = g_counters.retired_written_back;
+  uint64_t enqueues = g_counters.retired_enqueues, fast = g_counters.retired_fast_path;
   {
     std::lock_guard<std::mutex> lock(g_context_mutex);
     for (ContextState* cs : g_live_contexts) {
       const auto st = cs->engine.stats();
       evictions += st.evictions;
       written += st.bytes_written_back;
+      enqueues += st.enqueues;
+      fast += st.fast_path;
     }
   }
   out->evictions = evictions - g_counters.evictions_base;
   out->eviction_bytes_written_back = written - g_counters.written_back_base;
+  out->enqueues = enqueues - g_counters.enqueues_base;
+  out->fast_path_enqueues = fast - g_counters.fast_path_base;
   if (reset) {
     g_counters.evictions_base = evictions;
     g_counters.written_back_base = written;
+    g_counters.enqueues_base = enqueues;
+    g_counters.fast_path_base = fast;
   }
 }
 

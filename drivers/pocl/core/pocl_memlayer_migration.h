@@ -175,6 +175,9 @@ typedef struct memlayer_pocl_migration_stats
   /* pocl_ml_migration_retry: commands re-pointed at another copy, and
    * pauses before a last copy's next tries */
   uint64_t migrations_resourced, last_copy_retries;
+  /* memlayer's engine: commands it enqueued, and those its fast path took
+   * (engine/include/memlayer/engine/engine.hpp: EngineStats) */
+  uint64_t enqueues, fast_path_enqueues;
 } memlayer_pocl_migration_stats;
 
 __attribute__ ((visibility ("default"))) void

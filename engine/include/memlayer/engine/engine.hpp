@@ -169,6 +169,10 @@ struct EngineStats {
   /// Bytes a failed command's undo found held nowhere any more: undefined
   /// since (migration/range_versions.hpp, failures).
   std::uint64_t bytes_lost = 0;
+  /// Enqueues the fast path took (Engine::enqueue: the steady state), and
+  /// all calls of Engine::enqueue, whatever their outcome.
+  std::uint64_t fast_path = 0;
+  std::uint64_t enqueues = 0;
 };
 
 /// Why an enqueue failed. The message names the buffer size, the location
@@ -242,6 +246,13 @@ class Engine {
   /// at < migration::kMaxLocations; the buffers belong to this engine.
   /// Errors: EnqueueError (see there), with nothing of this enqueue left;
   /// an exception a host call throws is reported so, never let through.
+  /// The fast path: when every buffer has one use, covering exactly one
+  /// of its spans (the whole buffer, most often), whose bytes are valid at
+  /// `at`, with its storage there and no fence on it, nothing it depends on
+  /// failed and room among its undo records (migration::RangeVersions::
+  /// fast_prepare), the enqueue checks that of every buffer first, then
+  /// records the command: no plan, no copy, no placement. Any miss falls
+  /// back to the steps above; both decide the same (set_fast_path()).
   /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
   /// buffer address, or name the same buffers in the same order as this
   /// Submission's previous enqueue: a kernel enqueued again), plus the
@@ -259,6 +270,12 @@ class Engine {
   /// eviction.
   [[nodiscard]] std::optional<EnqueueError> place(Buffer& buffer, Location at, Submission& out);
 
+  /// Turns the fast path (enqueue()) on or off, for tests and measurements
+  /// that compare the two: both decide the same. It starts on, unless the
+  /// environment has MEMLAYER_FAST_PATH=0 when the engine is made. Takes
+  /// effect at the next enqueue of any thread. O(1), thread-safe.
+  void set_fast_path(bool on) noexcept { fast_path_on_.store(on, std::memory_order_relaxed); }
+
   [[nodiscard]] EngineStats stats() const noexcept;
   [[nodiscard]] Host& host() const noexcept { return host_; }
 
@@ -269,7 +286,13 @@ class Engine {
   Host& host_;
   std::mutex registry_mutex_;
   std::list<Buffer*> registry_;  // every live buffer, for eviction
+  // Bumped by every enqueue (its stamp: Storage::last_use, and the count of
+  // enqueues), beside the count of those the fast path took: a line every
+  // enqueue writes anyway.
   std::atomic<std::uint64_t> stamp_{0};
+  std::atomic<std::uint64_t> fast_path_taken_{0};
+  std::atomic<std::uint64_t> places_{0};  // place() calls, which take a stamp too
+  std::atomic<bool> fast_path_on_{true};
   struct Counters {
     std::atomic<std::uint64_t> bytes_migrated{0}, copies_direct{0}, copies_to_host{0}, copies_from_host{0},
         evictions{0}, write_backs{0}, bytes_written_back{0}, bytes_lost{0}, compactions{0};

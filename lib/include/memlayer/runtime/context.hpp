@@ -33,6 +33,10 @@ struct ContextStats {
   /// Commands whose device had room for their buffers but in no hole, whose
   /// own buffers were moved to make one (doc/engine.md, the pipeline).
   std::uint64_t compactions = 0;
+  /// Commands the engine enqueued, and those of them its fast path took:
+  /// every buffer in the steady state (engine.hpp: Engine::enqueue).
+  std::uint64_t enqueues = 0;
+  std::uint64_t fast_path = 0;
   /// Hidden-migration transfers tried again after failing (each source is
   /// tried up to 3 times: doc/runtime.md, failures).
   std::uint64_t transfer_retries = 0;

@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -115,6 +116,32 @@ class RangeVersions {
   /// Complexity as plan().
   void commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses, Location at,
               Event command);
+
+  // ---- the fast path: a kernel argument in the steady state ---------------
+  // plan() and commit() for the common use without a Plan in between and
+  // without looking the span up twice (the engine's fast path, engine.hpp).
+  // They decide and record exactly what plan() and commit() would.
+
+  /// Whether `use` is the steady-state case: it covers exactly one span,
+  /// whose bytes are valid at `at` (or being made valid there; an
+  /// overwrite needs neither), nothing it depends on has failed (plan()
+  /// would settle nothing), and a write finds room among the undo records
+  /// (fewer than the 1,024 kept). Then it makes the room fast_commit()
+  /// needs and returns how many events fast_commit() may report at most;
+  /// else nullopt, and plan()/commit() handle the use. Changes no content
+  /// (it drops the records of writers that completed, as plan() does).
+  /// Preconditions as plan(). Throws std::bad_alloc, with no content
+  /// changed. O(1) amortised, plus O(readers) for a write.
+  [[nodiscard]] std::optional<std::size_t> fast_prepare(const Use& use, Location at);
+  /// Records `use` by `command` at `at` as commit() would record plan()'s
+  /// plan for it, right after a fast_prepare(use, at) that did not return
+  /// nullopt, with no other call in between. Calls wait(e) first for each
+  /// event the command must wait for (Plan::wait's: the last writer, what
+  /// made the copy at `at` valid, and for a write every reader since; no
+  /// nullptr, an event maybe more than once). Allocates nothing and
+  /// throws nothing (unless `wait` does). Complexity as fast_prepare().
+  template <class Wait>
+  void fast_commit(const Use& use, Location at, Event command, Wait&& wait);
 
   /// Plans what must happen before the copy at `at` can be dropped
   /// (eviction): the spans whose only valid copy is at `at` are written back
@@ -237,7 +264,13 @@ class RangeVersions {
   [[nodiscard]] SpanMap::const_iterator span_containing(std::uint64_t offset) const;
   SpanMap::iterator split_at(std::uint64_t offset);
   void merge_range(std::uint64_t begin, std::uint64_t end);
-  [[nodiscard]] const Holder* holder(const Span& s, Location l) const;
+  [[nodiscard]] const Holder* holder(const Span& s, Location l) const {
+    static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
+    if (s.anywhere) return &kAnywhere;
+    for (const Holder& h : s.holders)
+      if (h.where == l) return &h;
+    return nullptr;
+  }
   void set_holder(Span& s, Location l, Event ready);
   void hold_span(const Span& s) const;
   void drop_span(const Span& s) const;
@@ -248,6 +281,7 @@ class RangeVersions {
   bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);
   void forget_undo(std::size_t index);
+  void forget_oldest_undo();
   void add_reader(Span& s, Event e);
   void prune(Span& s);
   [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
@@ -275,6 +309,20 @@ class RangeVersions {
   std::size_t first_undo_ = 0;
   std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
+  SpanMap::iterator fast_span_;      // what fast_prepare() found, for fast_commit()
 };
+
+template <class Wait>
+void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait&& wait) {
+  Span& s = fast_span_->second;
+  if (s.last_writer != nullptr) wait(s.last_writer);
+  if (const Holder* h = holder(s, at); h != nullptr && h->ready != nullptr && h->ready != s.last_writer) wait(h->ready);
+  if (!writes(use.access)) {
+    add_reader(s, command);
+    return;
+  }
+  for (Event r : s.readers) wait(r);
+  write_span(s, fast_span_->first, use.size, next_version_++, at, command);
+}
 
 }  // namespace memlayer::migration

@@ -1,0 +1,43 @@
+// The engine's fast path (engine.hpp: Engine::enqueue): a command whose
+// buffers are all in the steady state is checked whole, then recorded,
+// without the general pipeline's plans, copies and placement
+// (transaction.cpp). doc/engine.md ("The fast path") has its conditions and
+// cost.
+#include "transaction.hpp"
+
+#include "memlayer/migration/detail/reserve.hpp"
+
+namespace memlayer::engine {
+
+// Two passes over the command's buffers, locked: the first only checks and
+// makes room (it changes no content, so a miss in a later buffer leaves
+// the general pipeline to start from the same state), the second records
+// and allocates nothing. True when the command was recorded.
+bool Transaction::fast_path() {
+  if (!engine_.fast_path_on_.load(std::memory_order_relaxed)) return false;
+  std::size_t waits = 0;
+  for (const EnqueueScratch::Group& g : s_.groups) {
+    Buffer& b = *g.buffer;
+    if (g.count != 1 || b.storage_.size() <= at_) return false;
+    Storage& st = b.storage_[at_];
+    // Fences wait until the general pipeline drops the ones that ended.
+    if (!st.allocated || !st.fences.empty()) return false;
+    const auto n = b.versions_.fast_prepare(s_.uses[g.first], at_);
+    if (!n) return false;
+    migration::detail::reserve_more(st.users, 1);
+    waits += *n;
+  }
+  migration::detail::reserve_more(out_.waits_, waits);
+  for (const EnqueueScratch::Group& g : s_.groups) {
+    Buffer& b = *g.buffer;
+    Storage& st = b.storage_[at_];
+    b.versions_.fast_commit(s_.uses[g.first], at_, command_, [this](Event e) { add_wait(e); });
+    b.add_user(st, command_);
+    st.last_use = stamp_;
+    out_.storage_[s_.order[g.first].second] = st.handle;
+  }
+  engine_.fast_path_taken_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace memlayer::engine
