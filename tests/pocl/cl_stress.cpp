@@ -28,7 +28,8 @@
 // still checked, and at least one command must have failed.
 // --stats 1: prints the working set (every buffer's bytes), the ops per
 // second from the first op to the last one finished, and what memlayer's
-// engine moved meanwhile (bytes per byte of working set, evictions):
+// engine moved meanwhile (bytes per byte of working set, evictions) and
+// the share of its enqueues its fast path took:
 // bench/stress/pocl-oversubscription.sh reads them.
 // Exit status: 0 when every check passed, 1 on a mismatch (or, with
 // --faults 1, when nothing failed), 2 on an error.
@@ -189,6 +190,10 @@ class Stress {
     if (!before || !after) return;  // PoCL's own engine: no counters
     std::printf("  moved %.2f bytes per byte of working set; %" PRIu64 " evictions\n",
                 static_cast<double>(after->moved() - before->moved()) / working_set, after->evictions - before->evictions);
+    const std::uint64_t enqueues = after->enqueues - before->enqueues;
+    const std::uint64_t fast = after->fast_path_enqueues - before->fast_path_enqueues;
+    std::printf("  fast path: %" PRIu64 " of %" PRIu64 " engine enqueues (%.1f%%)\n", fast, enqueues,
+                enqueues != 0 ? 100.0 * static_cast<double>(fast) / static_cast<double>(enqueues) : 0.0);
   }
 
   void make_buffers() {
