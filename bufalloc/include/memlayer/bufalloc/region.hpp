@@ -87,6 +87,15 @@ struct BlockInfo {
   bool free = false;
 };
 
+/// What Region::cheapest_hole() found: a run of adjacent blocks, free and
+/// live, that would hold the request once its live blocks were freed.
+struct Hole {
+  Address address = 0;            ///< the run's first byte
+  Size size = 0;                  ///< bytes the run spans, free and live
+  Size live_bytes = 0;            ///< bytes of its live blocks: what freeing them gives up
+  std::uint64_t live_blocks = 0;  ///< how many live blocks it holds (0: allocate() would succeed)
+};
+
 class Region {
  public:
   /// Makes a region managing [base, base + size).
@@ -160,6 +169,29 @@ class Region {
   /// The blocks tile [base, base + usable size) exactly. The callback must not
   /// modify the region. Complexity O(blocks).
   void walk(const std::function<void(const BlockInfo&)>& visit) const;
+
+  /// Which live blocks to free so that a request of `size` bytes aligned to
+  /// `alignment` (as allocate() takes them) fits, when allocate() says
+  /// out_of_memory although enough bytes are free: they are cut into holes
+  /// too small. Finds the run of adjacent blocks that would hold the request
+  /// once its live blocks were freed, among the runs whose every live block
+  /// `evictable` accepts, with the fewest live bytes (ties: the fewest live
+  /// blocks, then the run found first in address order); calls `visit` for
+  /// each live block of that run in address order, and returns the run.
+  /// A run holds the request when the request, its alignment padding
+  /// included, lies within it: the padding and what is left at its ends
+  /// stay free. `evictable` is called once per live block at most, in
+  /// address order; neither callback may modify the region. Bookkeeping
+  /// only, like everything here: nothing is freed, nothing changes.
+  /// Errors (nothing visited): zero_size, size_overflow,
+  /// alignment_not_power_of_two, alignment_overflow (as allocate()); no_hole
+  /// (with free_bytes and largest_free) when no run can hold the request:
+  /// it is larger than the region, or every run that would hold it has a
+  /// live block `evictable` refused. Complexity O(blocks), one pass in
+  /// address order with two cursors (it is for eviction, which is rare;
+  /// allocate() stays O(1)), plus the callbacks; allocates nothing.
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<bool(const BlockInfo&)>& evictable,
+                             const std::function<void(const BlockInfo&)>& visit) const;
 
   /// Verifies every invariant: blocks tile the space with no overlap and no
   /// gap; no two free blocks are adjacent; every free block is in the right
