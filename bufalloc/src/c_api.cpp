@@ -147,7 +147,10 @@ ml_status ml_region_cheapest_hole(const ml_region* region, uint64_t size, uint64
     auto r = region->with([&](const auto& reg) {
       return reg.cheapest_hole(
           size, alignment,
-          [&](const BlockInfo& b) { return evictable == nullptr || evictable(user, b.address, b.size) != 0; },
+          [&](const BlockInfo& b) -> std::optional<std::uint64_t> {
+            if (evictable != nullptr && evictable(user, b.address, b.size) == 0) return std::nullopt;
+            return 0;
+          },
           [&](const BlockInfo& b) {
             if (visit != nullptr) visit(user, b.address, b.size, 0);
           });

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "address_index.hpp"
@@ -27,7 +28,7 @@ class RegionCore {
   RegionStats stats() const;
   void walk(const std::function<void(const BlockInfo&)>& visit) const;
   Result<void> check(std::string* what) const;
-  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<bool(const BlockInfo&)>& evictable,
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
                              const std::function<void(const BlockInfo&)>& visit) const;
 
   Address base() const noexcept { return base_; }

@@ -2,6 +2,7 @@
 // fits (region.hpp). For eviction, off the hot path, so it lives apart from
 // region_core.cpp.
 #include <limits>
+#include <optional>
 
 #include "region_core.hpp"
 
@@ -25,7 +26,7 @@ bool holds(Address start, Address end, Size asize, Size align) noexcept {
 // fewer blocks never costs more, and a run that holds the request still
 // holds it when it grows, so `first` only ever moves forward. A live block
 // `evictable` refuses ends every run before it: the next starts after it.
-Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::function<bool(const BlockInfo&)>& evictable,
+Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
                                        const std::function<void(const BlockInfo&)>& visit) const {
   constexpr Size kMax = std::numeric_limits<Size>::max();
   const Size g = granularity_;
@@ -42,10 +43,11 @@ Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::fun
   struct Run {
     RecordIndex first = kSentinel, last = kSentinel;
     Size live_bytes = 0;
-    std::uint64_t live_blocks = 0;
+    std::uint64_t live_blocks = 0, weight = 0;
     [[nodiscard]] bool cheaper_than(const Run& o) const noexcept {
       if (o.first == kSentinel) return true;
-      return live_bytes != o.live_bytes ? live_bytes < o.live_bytes : live_blocks < o.live_blocks;
+      if (live_bytes != o.live_bytes) return live_bytes < o.live_bytes;
+      return live_blocks != o.live_blocks ? live_blocks < o.live_blocks : weight < o.weight;
     }
   };
   Run best, run;
@@ -53,19 +55,25 @@ Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::fun
   for (RecordIndex last = run.first; last != kSentinel; last = records_[last].next_phys) {
     if (live(last)) {
       const BlockInfo b = info_of(last);
-      if (!evictable(b)) {
+      const std::optional<std::uint64_t> weight = evictable(b);
+      if (!weight) {
         run = Run{records_[last].next_phys};
         continue;
       }
       run.live_bytes += b.size;
       ++run.live_blocks;
+      run.weight += *weight;
     }
     const Address end = end_of(last);
     for (RecordIndex next = records_[run.first].next_phys;
          run.first != last && holds(address_of(records_[next]), end, asize, align); next = records_[next].next_phys) {
       if (live(run.first)) {
-        run.live_bytes -= units_of(records_[run.first]) << glog_;
+        // Asked again rather than remembered: remembering the run's weights
+        // would allocate.
+        const BlockInfo b = info_of(run.first);
+        run.live_bytes -= b.size;
         --run.live_blocks;
+        run.weight -= evictable(b).value_or(0);
       }
       run.first = next;
     }
@@ -80,7 +88,7 @@ Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::fun
     if (i == best.last) break;
   }
   const Address start = address_of(records_[best.first]);
-  return Hole{start, end_of(best.last) - start, best.live_bytes, best.live_blocks};
+  return Hole{start, end_of(best.last) - start, best.live_bytes, best.live_blocks, best.weight};
 }
 
 }  // namespace memlayer::bufalloc::detail

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -30,7 +31,7 @@ std::vector<BlockHandle> fill(Region& r, int n, Size each) {
   return out;
 }
 
-auto all = [](const BlockInfo&) { return true; };
+auto all = [](const BlockInfo&) -> std::optional<std::uint64_t> { return 0; };
 
 struct Found {
   Result<Hole> hole;
@@ -38,7 +39,7 @@ struct Found {
 };
 
 Found search(const Region& r, Size size, Size alignment,
-             const std::function<bool(const BlockInfo&)>& evictable = all) {
+             const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable = all) {
   std::vector<Address> visited;
   auto h = r.cheapest_hole(size, alignment, evictable, [&](const BlockInfo& b) {
     EXPECT_FALSE(b.free);
@@ -107,19 +108,37 @@ TEST(RegionHole, FewestLiveBytesThenFewestBlocks) {
   (void)rest2;
 }
 
+// Among runs of equal bytes and blocks, the lowest sum of weights: the
+// least recently used, say, when every block is the same size.
+TEST(RegionHole, WeightsBreakTies) {
+  Region r = make(1024);
+  auto b = fill(r, 8, 128);
+  const std::vector<std::uint64_t> last_use = {5, 3, 7, 1, 4, 2, 6, 0};  // b[7] is the oldest
+  auto weight = [&](const BlockInfo& x) -> std::optional<std::uint64_t> { return last_use[x.address / 128]; };
+  Found f = search(r, 128, 0, weight);
+  ASSERT_TRUE(f.hole.ok());
+  EXPECT_EQ(f.visited, std::vector<Address>{b[7].address});
+  EXPECT_EQ(f.hole.value().weight, 0u);
+  Found two = search(r, 256, 0, weight);
+  ASSERT_TRUE(two.hole.ok());
+  EXPECT_EQ(two.visited, (std::vector<Address>{b[3].address, b[4].address}));  // 1 + 4: the lowest pair
+  EXPECT_EQ(two.hole.value().weight, 5u);
+}
+
 // A block the caller cannot evict ends every run through it.
 TEST(RegionHole, SkipsRunsThroughARefusedBlock) {
   Region r = make(1024);
   auto b = fill(r, 8, 128);
   for (int i : {1, 3, 5}) ASSERT_TRUE(r.free(b[i]).ok());
   int asked = 0;
-  Found f = search(r, 384, 0, [&](const BlockInfo& x) {
+  Found f = search(r, 384, 0, [&](const BlockInfo& x) -> std::optional<std::uint64_t> {
     ++asked;
-    return x.address != b[2].address;
+    if (x.address == b[2].address) return std::nullopt;
+    return 0;
   });
   ASSERT_TRUE(f.hole.ok());
   EXPECT_EQ(f.visited, std::vector<Address>{b[4].address});
-  EXPECT_LE(asked, 5);  // once per live block at most
+  EXPECT_LE(asked, 2 * 5);  // twice per live block at most
 }
 
 // The request's alignment padding must lie within the run too.
@@ -162,7 +181,7 @@ TEST(RegionHole, BadInputIsNamedAndVisitsNothing) {
   Found too_big = search(r, 2048, 0);
   EXPECT_EQ(too_big.hole.error().code, Errc::no_hole);
   EXPECT_TRUE(too_big.visited.empty());
-  Found none = search(r, 256, 0, [](const BlockInfo&) { return false; });
+  Found none = search(r, 256, 0, [](const BlockInfo&) -> std::optional<std::uint64_t> { return std::nullopt; });
   EXPECT_EQ(none.hole.error().code, Errc::no_hole);
   EXPECT_TRUE(none.visited.empty());
   EXPECT_EQ(none.hole.error().message(),
@@ -196,7 +215,10 @@ TEST(RegionHole, MatchesBruteForceOnRandomLayouts) {
       if (rng() % 5 == 0) refused.insert(h.address);
     const Size size = 64 * (1 + rng() % 40);
     const Size alignment = Size{64} << (rng() % 4);
-    auto evictable = [&](const BlockInfo& b) { return refused.count(b.address) == 0; };
+    auto evictable = [&](const BlockInfo& b) -> std::optional<std::uint64_t> {
+      if (refused.count(b.address) != 0) return std::nullopt;
+      return 0;
+    };
 
     std::vector<BlockInfo> blocks;
     r.walk([&](const BlockInfo& b) { blocks.push_back(b); });

@@ -154,7 +154,8 @@ ml_status ml_region_walk(const ml_region* region, ml_block_visitor visit, void* 
  * among the runs of adjacent blocks that would hold it once their live
  * blocks were freed and whose every live block evictable(user, address,
  * size) accepts (nonzero; NULL accepts all), the one with the fewest live
- * bytes (ties: fewest live blocks, then the first in address order). Calls
+ * bytes (ties: fewest live blocks, then the first in address order; the
+ * C++ call also weighs blocks against each other). Calls
  * visit(user, address, size, 0) for each of its live blocks in address
  * order (visit may be NULL), then writes the run to *out. Nothing changes.
  * Neither callback may call into the same region. Errors: INVALID_ARGUMENT

@@ -54,7 +54,7 @@ class LockedRegion {
     std::lock_guard lock(mutex_);
     region_.walk(visit);
   }
-  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<bool(const BlockInfo&)>& evictable,
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
                              const std::function<void(const BlockInfo&)>& visit) const {
     std::lock_guard lock(mutex_);
     return region_.cheapest_hole(size, alignment, evictable, visit);
