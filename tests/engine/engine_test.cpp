@@ -259,6 +259,70 @@ TEST_P(EngineHoleTest, EvictionFreesTheBuffersBetweenHolesNotTheLeastRecentlyUse
   EXPECT_EQ(st.bytes_lost, 0u);
 }
 
+// The same device, but the command reads A2 as well: a hole through it is
+// no use. A4 and A5, with A3's hole, make the cheapest one left: two
+// neighbouring buffers evicted, not the four least recently used.
+TEST_P(EngineHoleTest, AHoleThroughTheCommandsOwnBufferIsNotChosen) {
+  const bool holes = GetParam();
+  host_.answers_holes = holes;
+  std::vector<Buffer*> a;
+  for (int i = 0; i < 8; ++i) {
+    a.push_back(&make(1024, false));
+    write(*a.back(), static_cast<std::uint8_t>(0xA0 + i));
+  }
+  host_.run_all();
+  for (int i : {5, 7, 0, 6, 4, 2}) ASSERT_NE(enqueue({{a[i], {0, 1024, Access::read}}}, 1), nullptr);
+  sub_.clear();
+  host_.run_all();
+  buffers_[1].reset();
+  buffers_[3].reset();
+  Buffer& c = make(3072, false);
+  ASSERT_NE(enqueue_waiting({{a[2], {0, 1024, Access::read}}, {&c, {0, 3072, Access::overwrite}}}), nullptr);
+  const StorageHandle placed = sub_.storage()[1];
+  host_.run_all();
+  const EngineStats st = engine_->stats();
+  if (!holes) {
+    EXPECT_EQ(st.evictions, 4u);  // A5, A7, A0, A6
+    return;
+  }
+  EXPECT_EQ(st.evictions, 2u) << "A4 and A5 only";
+  EXPECT_EQ(st.bytes_written_back, 2048u);
+  EXPECT_EQ(placed, 3072u) << "A3's hole and A4's and A5's storage";
+  EXPECT_TRUE(a[2]->has_storage(1));
+  EXPECT_FALSE(a[4]->has_storage(1));
+  EXPECT_FALSE(a[5]->has_storage(1));
+  for (int i : {0, 6, 7}) EXPECT_TRUE(a[i]->has_storage(1)) << "A" << i << " was evicted for nothing";
+}
+
+// The engine's order between kinds of victim holds: A2, between the two
+// holes, has bytes only on the device; A4 and A5 are held at the host too.
+// Their hole costs more bytes but nothing to write back, so it is asked
+// for first and taken (no write-back, no device_busy).
+TEST_F(EngineHoleTest, AHoleOfCleanBuffersGoesBeforeOneThatMustBeWrittenBack) {
+  std::vector<Buffer*> a;
+  for (int i = 0; i < 8; ++i) {
+    const bool clean = i == 4 || i == 5;
+    a.push_back(&make(1024, clean));
+    if (clean) ASSERT_NE(enqueue({{a.back(), {0, 1024, Access::read}}}, 1), nullptr);
+    else write(*a.back(), static_cast<std::uint8_t>(0xA0 + i));
+    sub_.clear();
+  }
+  host_.run_all();
+  buffers_[1].reset();
+  buffers_[3].reset();
+  Buffer& c = make(3072, false);
+  std::optional<EnqueueError> error;
+  ASSERT_NE(enqueue({{&c, {0, 3072, Access::overwrite}}}, 1, &error), nullptr) << error->message;
+  EXPECT_EQ(sub_.storage()[0], 3072u);
+  host_.run_all();
+  const EngineStats st = engine_->stats();
+  EXPECT_EQ(st.evictions, 2u);
+  EXPECT_EQ(st.write_backs, 0u);
+  EXPECT_TRUE(a[2]->has_storage(1));
+  EXPECT_FALSE(a[4]->has_storage(1));
+  EXPECT_FALSE(a[5]->has_storage(1));
+}
+
 INSTANTIATE_TEST_SUITE_P(HolesOrRank, EngineHoleTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Holes" : "RankOnly"; });
 
