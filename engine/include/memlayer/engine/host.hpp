@@ -11,10 +11,11 @@
 // the cookie the host gave the engine's Buffer when it made it.
 //
 // Locks. The engine calls retain(), release(), status(), allocate(),
-// free(), hole_victims() and create_copy() while it holds the locks of the buffers a command
-// uses (the engine's own, never the host's): these must not call back into
-// the engine, block on another enqueue, or run user callbacks. submit_copy()
-// and discard_copy() are called with no engine lock held.
+// free(), hole_victims() and create_copy() while it holds the locks of the
+// buffers a command uses (the engine's own, never the host's; for
+// hole_victims(), also those of the buffers it names): these must not call
+// back into the engine, block on another enqueue, or run user callbacks.
+// submit_copy() and discard_copy() are called with no engine lock held.
 //
 // Thread-safety: the engine calls a host from every thread that enqueues, at
 // once; each function must be safe for that.
