@@ -435,7 +435,7 @@ Transaction::Evicted Transaction::evict_for_hole(Location loc, std::uint64_t siz
   Evicted result = Evicted::nothing;
   for (std::size_t i : s_.victims) {
     s_.candidate_locks[i].release();  // evict_adopted() adopts it
-    const Evicted e = evict_adopted(*s_.candidates[i], loc);
+    const Evicted e = evict_adopted(*s_.candidates[i], loc, true);
     if (e == Evicted::nothing) break;  // no hole after all: the rest stay (`unlock` lets them go)
     if (result != Evicted::writing_back) result = e;
   }
@@ -497,7 +497,7 @@ bool Transaction::ask_for_hole(Location loc, std::uint64_t size, bool clean_only
 }
 
 // Evicts `victim`, whose lock this thread holds, from `loc`, and unlocks it.
-Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
+Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc, bool at_once) {
   std::unique_lock lock(victim.mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
@@ -512,11 +512,15 @@ Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
       refs.begin(host);
     }
   } rebatch{victim, s_.refs, host_};
-  return evict(victim, loc);
+  return evict(victim, loc, at_once);
 }
 
-// Evicts `victim` (locked, its references batched) from `loc`.
-Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
+// Evicts `victim` (locked, its references batched) from `loc`. With
+// `at_once`, one whose write-back would have to wait (its bytes, or an
+// import of them to the host copy, still being made) is left as it is:
+// evict_for_hole() takes only what write_back_needed() called clean or
+// ready, and that does not see an import in flight.
+Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc, bool at_once) {
   Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim->versions_.bytes_lost();
@@ -528,6 +532,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   if (!plan.copies.empty() && complete) {
     return write_back(*victim, loc, plan) ? Evicted::writing_back : Evicted::nothing;
   }
+  if (!plan.copies.empty() && at_once) return Evicted::nothing;  // its write-back would wait: left alone
   std::size_t first_event = s_.copy_events.size();
   const std::size_t first_pending = s_.pending.size();
   if (!plan.copies.empty()) {

@@ -96,8 +96,10 @@ class Transaction {
   Evicted evict_for_hole(Location loc, std::uint64_t size);
   bool collect_candidates(Location loc);
   bool ask_for_hole(Location loc, std::uint64_t size, bool clean_only);
-  Evicted evict_adopted(Buffer& victim, Location loc);
-  Evicted evict(Buffer& victim, Location loc);
+  // `at_once`: only if whatever it must write back can start now (else
+  // nothing happens: Evicted::nothing).
+  Evicted evict_adopted(Buffer& victim, Location loc, bool at_once = false);
+  Evicted evict(Buffer& victim, Location loc, bool at_once = false);
   // How a buffer ranks as a victim (pick_victim() says the order).
   struct VictimRank {
     bool loses_undo;
