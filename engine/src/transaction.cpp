@@ -429,13 +429,18 @@ Transaction::Evicted Transaction::evict_for_hole(Location loc, std::uint64_t siz
   if (!collect_candidates(loc)) return Evicted::nothing;
   if (!ask_for_hole(loc, size, true) && !ask_for_hole(loc, size, false)) return Evicted::nothing;
   if (s_.victims.empty()) return Evicted::freed;  // it fits already: allocate again
+  // A victim whose write-back would have to wait would free its storage
+  // with that write-back behind it, which the rank order leaves for last:
+  // then no hole is made this way, and nothing is evicted for it.
+  for (std::size_t i : s_.victims)
+    if (!plan_evict_now(*s_.candidates[i], loc)) return Evicted::nothing;
   // The others go now; the victims' locks stay held until each is evicted.
   for (std::size_t i = 0; i < s_.candidates.size(); ++i)
     if (!std::binary_search(s_.victims.begin(), s_.victims.end(), i)) s_.candidate_locks[i].unlock();
   Evicted result = Evicted::nothing;
   for (std::size_t i : s_.victims) {
     s_.candidate_locks[i].release();  // evict_adopted() adopts it
-    const Evicted e = evict_adopted(*s_.candidates[i], loc, true);
+    const Evicted e = evict_adopted(*s_.candidates[i], loc);
     if (e == Evicted::nothing) break;  // no hole after all: the rest stay (`unlock` lets them go)
     if (result != Evicted::writing_back) result = e;
   }
@@ -497,7 +502,7 @@ bool Transaction::ask_for_hole(Location loc, std::uint64_t size, bool clean_only
 }
 
 // Evicts `victim`, whose lock this thread holds, from `loc`, and unlocks it.
-Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc, bool at_once) {
+Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
   std::unique_lock lock(victim.mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
@@ -512,27 +517,31 @@ Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc, bo
       refs.begin(host);
     }
   } rebatch{victim, s_.refs, host_};
-  return evict(victim, loc, at_once);
+  return evict(victim, loc);
 }
 
-// Evicts `victim` (locked, its references batched) from `loc`. With
-// `at_once`, one whose write-back would have to wait (its bytes, or an
-// import of them to the host copy, still being made) is left as it is:
-// evict_for_hole() takes only what write_back_needed() called clean or
-// ready, and that does not see an import in flight.
-Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc, bool at_once) {
-  Buffer* victim = &buffer;
-  migration::Plan& plan = s_.evict_plan;
-  const std::uint64_t lost = victim->versions_.bytes_lost();
-  plan_eviction(*victim, loc, plan);  // settles first: judge the bytes after it
-  count_lost(victim->versions_.bytes_lost() - lost);
-  const bool complete = std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
+// Plans evicting `victim` (locked) from `loc` into s_.evict_plan, and
+// says whether its write-backs, if any, can start at once (else they wait
+// for bytes still being made there, or for an import of them to the host
+// copy: write_back_needed() does not see that one).
+bool Transaction::plan_evict_now(Buffer& victim, Location loc) {
+  const migration::Plan& plan = s_.evict_plan;
+  const std::uint64_t lost = victim.versions_.bytes_lost();
+  plan_eviction(victim, loc, s_.evict_plan);  // settles first: judge the bytes after it
+  count_lost(victim.versions_.bytes_lost() - lost);
+  return std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
     return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
   });
+}
+
+// Evicts `victim` (locked, its references batched) from `loc`.
+Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
+  Buffer* victim = &buffer;
+  migration::Plan& plan = s_.evict_plan;
+  const bool complete = plan_evict_now(*victim, loc);
   if (!plan.copies.empty() && complete) {
     return write_back(*victim, loc, plan) ? Evicted::writing_back : Evicted::nothing;
   }
-  if (!plan.copies.empty() && at_once) return Evicted::nothing;  // its write-back would wait: left alone
   std::size_t first_event = s_.copy_events.size();
   const std::size_t first_pending = s_.pending.size();
   if (!plan.copies.empty()) {

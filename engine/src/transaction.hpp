@@ -96,10 +96,9 @@ class Transaction {
   Evicted evict_for_hole(Location loc, std::uint64_t size);
   bool collect_candidates(Location loc);
   bool ask_for_hole(Location loc, std::uint64_t size, bool clean_only);
-  // `at_once`: only if whatever it must write back can start now (else
-  // nothing happens: Evicted::nothing).
-  Evicted evict_adopted(Buffer& victim, Location loc, bool at_once = false);
-  Evicted evict(Buffer& victim, Location loc, bool at_once = false);
+  Evicted evict_adopted(Buffer& victim, Location loc);
+  Evicted evict(Buffer& victim, Location loc);
+  bool plan_evict_now(Buffer& victim, Location loc);
   // How a buffer ranks as a victim (pick_victim() says the order).
   struct VictimRank {
     bool loses_undo;
