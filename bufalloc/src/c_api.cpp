@@ -140,6 +140,28 @@ ml_status ml_region_walk(const ml_region* region, ml_block_visitor visit, void* 
   return ML_OK;
 }
 
+ml_status ml_region_cheapest_hole(const ml_region* region, uint64_t size, uint64_t alignment,
+                                  ml_block_filter evictable, ml_block_visitor visit, void* user, ml_hole* out) {
+  if (region == nullptr || out == nullptr) return fail(Errc::invalid_argument);
+  return guarded([&] {
+    auto r = region->with([&](const auto& reg) {
+      return reg.cheapest_hole(
+          size, alignment,
+          [&](const BlockInfo& b) -> std::optional<std::uint64_t> {
+            if (evictable != nullptr && evictable(user, b.address, b.size) == 0) return std::nullopt;
+            return 0;
+          },
+          [&](const BlockInfo& b) {
+            if (visit != nullptr) visit(user, b.address, b.size, 0);
+          });
+    });
+    if (!r) return fail(r.error());
+    const Hole& h = r.value();
+    *out = ml_hole{h.address, h.size, h.live_bytes, h.live_blocks};
+    return ML_OK;
+  });
+}
+
 ml_status ml_region_check(const ml_region* region) {
   if (region == nullptr) return fail(Errc::invalid_argument);
   std::string what;

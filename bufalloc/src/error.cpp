@@ -25,6 +25,7 @@ const char* errc_name(Errc code) noexcept {
     case Errc::host_out_of_memory: return "host_out_of_memory";
     case Errc::stale_handle: return "stale_handle";
     case Errc::foreign_handle: return "foreign_handle";
+    case Errc::no_hole: return "no_hole";
   }
   return "unknown_error";
 }
@@ -64,6 +65,9 @@ std::string Error::message() const {
     case Errc::foreign_handle:
       return name + ": the handle of address " + to_string(address) +
              " was not issued by this region (another region's, zero-initialised, or altered)";
+    case Errc::no_hole:
+      return name + ": no run of free and evictable blocks can hold a " + req + "; " + to_string(free_bytes) +
+             " bytes free, largest free block " + to_string(largest_free) + " bytes";
   }
   return name;
 }

@@ -29,6 +29,10 @@ bool Region::indexes_addresses() const noexcept { return core_->indexes_addresse
 void Region::reset() { core_->reset(); }
 RegionStats Region::stats() const { return core_->stats(); }
 void Region::walk(const std::function<void(const BlockInfo&)>& visit) const { core_->walk(visit); }
+Result<Hole> Region::cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
+                                   const std::function<void(const BlockInfo&)>& visit) const {
+  return core_->cheapest_hole(size, alignment, evictable, visit);
+}
 Result<void> Region::check(std::string* what) const { return core_->check(what); }
 Address Region::base() const noexcept { return core_->base(); }
 Size Region::size() const noexcept { return core_->size(); }

@@ -468,10 +468,7 @@ RegionStats RegionCore::stats() const {
 }
 
 void RegionCore::walk(const std::function<void(const BlockInfo&)>& visit) const {
-  for (RecordIndex i = records_[kSentinel].next_phys; i != kSentinel; i = records_[i].next_phys) {
-    const BlockRecord& b = records_[i];
-    visit(BlockInfo{address_of(b), units_of(b) << glog_, b.kind() == RecordKind::free});
-  }
+  for (RecordIndex i = records_[kSentinel].next_phys; i != kSentinel; i = records_[i].next_phys) visit(info_of(i));
 }
 
 }  // namespace memlayer::bufalloc::detail

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "address_index.hpp"
@@ -27,6 +28,8 @@ class RegionCore {
   RegionStats stats() const;
   void walk(const std::function<void(const BlockInfo&)>& visit) const;
   Result<void> check(std::string* what) const;
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
+                             const std::function<void(const BlockInfo&)>& visit) const;
 
   Address base() const noexcept { return base_; }
   Size size() const noexcept { return size_; }
@@ -62,6 +65,10 @@ class RegionCore {
                       std::uint32_t region) const noexcept;
   Error free_error(Address address) const noexcept;
   Error oom(Size size, Size alignment);
+  BlockInfo info_of(RecordIndex i) const noexcept {
+    const BlockRecord& b = records_[i];
+    return BlockInfo{address_of(b), units_of(b) << glog_, b.kind() == RecordKind::free};
+  }
   Size largest_free() const noexcept;
   std::uint64_t free_blocks() const noexcept { return records_.in_use() - 1 - live_; }
   void build_index();

@@ -44,6 +44,7 @@ const char* ml_status_name(ml_status status) {
     case ML_ERROR_MISMATCH: return "ML_ERROR_MISMATCH";
     case ML_ERROR_STALE_HANDLE: return "ML_ERROR_STALE_HANDLE";
     case ML_ERROR_FOREIGN_HANDLE: return "ML_ERROR_FOREIGN_HANDLE";
+    case ML_ERROR_NO_HOLE: return "ML_ERROR_NO_HOLE";
   }
   return "ML_UNKNOWN_STATUS";
 }

@@ -290,6 +290,10 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   Storage& st = b.storage(loc);
   if (st.allocated) return std::nullopt;
   bool wrote_back = false;  // then only buffers with nothing to write back are evicted
+  // The host is asked for the cheapest hole once (evict_for_hole()); when
+  // its victims are being written back, the enqueue waits for that rather
+  // than evict others by rank, which would not make that hole.
+  bool hole_asked = false, hole_writing_back = false;
   if (!for_eviction) migration::detail::reserve_more(s_.placed, 1);  // before there is storage to lose
   for (;;) {
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
@@ -302,8 +306,15 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
       return std::nullopt;
     }
     const bool full = a.outcome == Allocation::Outcome::full && loc != kHost;
-    if (full && !for_eviction) {
-      if (const Evicted e = evict_one(loc, wrote_back); e != Evicted::nothing) {
+    if (full && !for_eviction && !hole_writing_back) {
+      Evicted e = Evicted::nothing;
+      if (!hole_asked) {
+        hole_asked = true;
+        e = evict_for_hole(loc, b.size());
+        hole_writing_back = e == Evicted::writing_back;
+      }
+      if (e == Evicted::nothing) e = evict_one(loc, wrote_back);
+      if (e != Evicted::nothing) {
         release_all(a.room_after);
         wrote_back = wrote_back || e == Evicted::writing_back;
         continue;
@@ -364,49 +375,41 @@ bool Transaction::writing_back(Buffer& b, Storage& st) {
 // lock; an exception (out of memory recording what to wait for) leaves
 // none locked.
 Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
-  using WriteBack = migration::RangeVersions::WriteBack;
-  struct Rank {
-    bool loses_undo;
-    WriteBack write_back;
-    bool idle;
-    std::uint64_t last_use;
-    bool better_than(const Rank& o) const {
-      if (loses_undo != o.loses_undo) return !loses_undo;
-      if (write_back != o.write_back) return write_back < o.write_back;
-      if (idle != o.idle) return idle;
-      return last_use < o.last_use;
-    }
-  };
   using Lock = std::unique_lock<detail::BufferLock>;
   Buffer* victim = nullptr;
   Lock victim_lock;
-  Rank best{};
+  VictimRank best{};
   std::lock_guard registry(engine_.registry_mutex_);
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b)) continue;
     Lock lock(b->mutex_, std::try_to_lock);
     if (!lock) continue;
-    const bool placed = b->storage_.size() > loc && b->storage_[loc].allocated && host_.can_evict(b->cookie(), loc);
-    // One that a write-back (this enqueue's or another's) is saving: room
-    // once that ends, so a failure waits for it (device_busy). Retained at
-    // once, not batched: b's lock goes before this enqueue's batch is
-    // applied, and another thread may then drop b's references to them.
-    const bool saving = placed && writing_back(*b, b->storage_[loc]);
-    if (saving) wait_for_room(b->storage_[loc].write_backs, Retain::now);
-    const bool candidate = placed && !saving;
-    const WriteBack need = candidate ? b->versions_.write_back_needed(loc) : WriteBack::none;
-    const bool loses_undo = candidate && b->versions_.undo_only_at(loc);
-    if (!candidate || (clean_only && (need != WriteBack::none || loses_undo))) continue;
-    const Storage& st = b->storage_[loc];
-    const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
-    const Rank r{loses_undo, need, idle, st.last_use};
-    if (victim != nullptr && !r.better_than(best)) continue;
+    const std::optional<VictimRank> r = rank_victim(*b, loc);
+    if (!r || (clean_only && (r->write_back != migration::RangeVersions::WriteBack::none || r->loses_undo))) continue;
+    if (victim != nullptr && !r->better_than(best)) continue;
     victim = b;
     victim_lock = std::move(lock);  // the one before is unlocked
-    best = r;
+    best = *r;
   }
   victim_lock.release();  // evict_one() adopts it
   return victim;
+}
+
+// How `b` (locked) ranks as a victim at `loc`; nullopt when it is none: no
+// storage there, or the host must keep it (can_evict), or a write-back
+// (this enqueue's or another's) is saving it: room once that ends, so a
+// failure waits for it (device_busy). Those are retained at once, not
+// batched: b's lock goes before this enqueue's batch is applied, and
+// another thread may then drop b's references to them.
+std::optional<Transaction::VictimRank> Transaction::rank_victim(Buffer& b, Location loc) {
+  if (b.storage_.size() <= loc || !b.storage_[loc].allocated || !host_.can_evict(b.cookie(), loc)) return std::nullopt;
+  Storage& st = b.storage_[loc];
+  if (writing_back(b, st)) {
+    wait_for_room(st.write_backs, Retain::now);
+    return std::nullopt;
+  }
+  const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
+  return VictimRank{b.versions_.undo_only_at(loc), b.versions_.write_back_needed(loc), idle, st.last_use};
 }
 
 // Evicts one buffer from `loc`: its storage goes back to the host, reusable
@@ -418,10 +421,107 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
 Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   Buffer* victim = pick_victim(loc, clean_only);
   if (victim == nullptr) return Evicted::nothing;
-  std::unique_lock lock(victim->mutex_, std::adopt_lock);
+  return evict_adopted(*victim, loc);
+}
+
+// Evicts the buffers whose storage, with the free space around it, makes
+// the cheapest hole for a `size`-byte buffer at `loc`, as the host names
+// them (Host::hole_victims): evicting by rank alone may take buffers all
+// over the location whose ranges never join into a hole that big. The
+// engine's order still holds between kinds of victim: the host is asked
+// first about the buffers with nothing to write back, then also about
+// those whose bytes can be written back at once (their storage then goes
+// once that is done: the enqueue waits for it, device_busy); one whose
+// eviction would lose undo content, or whose bytes are still being made,
+// is never a candidate (pick_victim() takes those last). Nothing when the
+// host has no answer: the caller evicts by rank.
+Transaction::Evicted Transaction::evict_for_hole(Location loc, std::uint64_t size) {
+  // Every candidate lock still held is let go however this ends.
+  struct Unlock {
+    EnqueueScratch& s;
+    ~Unlock() { s.candidate_locks.clear(); }
+  } unlock{s_};
+  if (!collect_candidates(loc)) return Evicted::nothing;
+  if (!ask_for_hole(loc, size, true) && !ask_for_hole(loc, size, false)) return Evicted::nothing;
+  if (s_.victims.empty()) return Evicted::freed;  // it fits already: allocate again
+  // A victim whose write-back would have to wait would free its storage
+  // with that write-back behind it, which the rank order leaves for last:
+  // then no hole is made this way, and nothing is evicted for it.
+  for (std::size_t i : s_.victims)
+    if (!plan_evict_now(*s_.candidates[i], loc)) return Evicted::nothing;
+  // The others go now; the victims' locks stay held until each is evicted.
+  for (std::size_t i = 0; i < s_.candidates.size(); ++i)
+    if (!std::binary_search(s_.victims.begin(), s_.victims.end(), i)) s_.candidate_locks[i].unlock();
+  Evicted result = Evicted::nothing;
+  for (std::size_t i : s_.victims) {
+    s_.candidate_locks[i].release();  // evict_adopted() adopts it
+    const Evicted e = evict_adopted(*s_.candidates[i], loc);
+    if (e == Evicted::nothing) break;  // no hole after all: the rest stay (`unlock` lets them go)
+    if (result != Evicted::writing_back) result = e;
+  }
+  return result;
+}
+
+// The buffers evict_for_hole() may offer the host, each locked (try-locked:
+// eviction never waits) and held in s_.candidate_locks while it asks, and
+// whether each has nothing to write back. False when there is none.
+bool Transaction::collect_candidates(Location loc) {
+  using WriteBack = migration::RangeVersions::WriteBack;
+  s_.candidates.clear();
+  s_.candidate_locks.clear();
+  s_.clean.clear();
+  std::lock_guard registry(engine_.registry_mutex_);
+  for (Buffer* b : engine_.registry_) {
+    if (uses_buffer(b)) continue;
+    std::unique_lock lock(b->mutex_, std::try_to_lock);
+    if (!lock) continue;
+    const std::optional<VictimRank> r = rank_victim(*b, loc);
+    if (!r || r->loses_undo || r->write_back == WriteBack::waiting) continue;
+    s_.candidates.push_back(b);
+    s_.clean.push_back(r->write_back == WriteBack::none);
+    s_.candidate_locks.push_back(std::move(lock));  // last: out of memory before it, the lock goes with `lock`
+  }
+  return !s_.candidates.empty();
+}
+
+// Asks the host which candidates (only the clean ones, with `clean_only`)
+// border the cheapest hole for `size` bytes; their indices into
+// s_.candidates in s_.victims, each once. False: no answer.
+bool Transaction::ask_for_hole(Location loc, std::uint64_t size, bool clean_only) {
+  s_.told.clear();
+  s_.asked.clear();
+  s_.victims.clear();
+  for (std::size_t i = 0; i < s_.candidates.size(); ++i) {
+    if (clean_only && !s_.clean[i]) continue;
+    const Buffer& b = *s_.candidates[i];
+    const Storage& st = b.storage_[loc];
+    s_.told.push_back({b.cookie(), st.handle, b.size(), st.last_use});
+    s_.asked.push_back(i);
+  }
+  const bool asked_before = !clean_only && std::all_of(s_.clean.begin(), s_.clean.end(), [](bool c) { return c; });
+  if (s_.told.empty() || asked_before) return false;
+  if (!host_.hole_victims(loc, size, s_.told, s_.victims)) {
+    s_.victims.clear();
+    return false;
+  }
+  // Each candidate once, and only those the host was told of; in
+  // s_.candidates order (evict_for_hole() searches it).
+  std::sort(s_.victims.begin(), s_.victims.end());
+  s_.victims.erase(std::unique(s_.victims.begin(), s_.victims.end()), s_.victims.end());
+  if (!s_.victims.empty() && s_.victims.back() >= s_.told.size()) {
+    s_.victims.clear();
+    return false;
+  }
+  for (std::size_t& v : s_.victims) v = s_.asked[v];
+  return true;
+}
+
+// Evicts `victim`, whose lock this thread holds, from `loc`, and unlocks it.
+Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
+  std::unique_lock lock(victim.mutex_, std::adopt_lock);
   // The references taken from the victim's records are applied before its
   // lock goes (destroyed first): another thread may then drop those records.
-  victim->ops_.batch = &s_.refs;
+  victim.ops_.batch = &s_.refs;
   struct Rebatch {
     Buffer& victim;
     RefBatch& refs;
@@ -431,20 +531,29 @@ Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
       refs.flush();
       refs.begin(host);
     }
-  } rebatch{*victim, s_.refs, host_};
-  return evict(*victim, loc);
+  } rebatch{victim, s_.refs, host_};
+  return evict(victim, loc);
+}
+
+// Plans evicting `victim` (locked) from `loc` into s_.evict_plan, and
+// says whether its write-backs, if any, can start at once (else they wait
+// for bytes still being made there, or for an import of them to the host
+// copy: write_back_needed() does not see that one).
+bool Transaction::plan_evict_now(Buffer& victim, Location loc) {
+  const migration::Plan& plan = s_.evict_plan;
+  const std::uint64_t lost = victim.versions_.bytes_lost();
+  plan_eviction(victim, loc, s_.evict_plan);  // settles first: judge the bytes after it
+  count_lost(victim.versions_.bytes_lost() - lost);
+  return std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
+    return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
+  });
 }
 
 // Evicts `victim` (locked, its references batched) from `loc`.
 Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
-  const std::uint64_t lost = victim->versions_.bytes_lost();
-  plan_eviction(*victim, loc, plan);  // settles first: judge the bytes after it
-  count_lost(victim->versions_.bytes_lost() - lost);
-  const bool complete = std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
-    return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
-  });
+  const bool complete = plan_evict_now(*victim, loc);
   if (!plan.copies.empty() && complete) {
     return write_back(*victim, loc, plan) ? Evicted::writing_back : Evicted::nothing;
   }

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -53,6 +54,15 @@ struct EnqueueScratch {
   std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
   std::vector<std::size_t> to_place;  // groups whose storage Transaction::place_all() places
+  // Transaction::evict_for_hole(): the buffers eviction may take, each
+  // held by its lock while the host is asked; what the host is told of
+  // them (all, or only the clean ones: `asked` maps back), and its answer.
+  std::vector<Buffer*> candidates;
+  std::vector<std::unique_lock<detail::BufferLock>> candidate_locks;
+  std::vector<bool> clean;
+  std::vector<EvictionCandidate> told;
+  std::vector<std::size_t> asked;
+  std::vector<std::size_t> victims;
   std::vector<Event> after;       // scratch for Host::free
   std::vector<Event> room_after;  // what a device_busy failure waits for, retained
   RefBatch refs;                  // active while buffers are locked
@@ -85,7 +95,26 @@ class Transaction {
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
+  Evicted evict_for_hole(Location loc, std::uint64_t size);
+  bool collect_candidates(Location loc);
+  bool ask_for_hole(Location loc, std::uint64_t size, bool clean_only);
+  Evicted evict_adopted(Buffer& victim, Location loc);
   Evicted evict(Buffer& victim, Location loc);
+  bool plan_evict_now(Buffer& victim, Location loc);
+  // How a buffer ranks as a victim (pick_victim() says the order).
+  struct VictimRank {
+    bool loses_undo;
+    migration::RangeVersions::WriteBack write_back;
+    bool idle;
+    std::uint64_t last_use;
+    [[nodiscard]] bool better_than(const VictimRank& o) const {
+      if (loses_undo != o.loses_undo) return !loses_undo;
+      if (write_back != o.write_back) return write_back < o.write_back;
+      if (idle != o.idle) return idle;
+      return last_use < o.last_use;
+    }
+  };
+  std::optional<VictimRank> rank_victim(Buffer& b, Location loc);
   Buffer* pick_victim(Location loc, bool clean_only);
   // What a copy is for (CopyRequest::write_back, CopyRequest::last_copy).
   enum class CopyKind : std::uint8_t { for_command, write_back, last_copy };

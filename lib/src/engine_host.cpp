@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -191,6 +192,38 @@ void EngineHost::free(engine::Location at, void* cookie, engine::StorageHandle s
   // Work-less, and nothing waits on it yet: it can only complete, here or on
   // the thread that finishes its last dependency.
   if (fence) submit(fence);
+}
+
+// The device's region names the cheapest hole (bufalloc's
+// Region::cheapest_hole): storage of no candidate cannot go, and among
+// holes of equal cost the least recently used candidates go. A
+// candidate's storage handle is its block's address (allocate()).
+bool EngineHost::hole_victims(engine::Location at, std::uint64_t size,
+                              std::span<const engine::EvictionCandidate> candidates,
+                              std::vector<std::size_t>& victims) {
+  if (at == kHost) return false;
+  std::vector<std::pair<engine::StorageHandle, std::size_t>> by_address;
+  by_address.reserve(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) by_address.emplace_back(candidates[i].storage, i);
+  std::sort(by_address.begin(), by_address.end());
+  auto candidate_at = [&](bufalloc::Address a) -> const std::size_t* {
+    auto it = std::lower_bound(by_address.begin(), by_address.end(), std::make_pair(a, std::size_t{0}));
+    return it != by_address.end() && it->first == a ? &it->second : nullptr;
+  };
+  const std::size_t first = victims.size();
+  DeviceState& dev = *context_.by_location[at];
+  std::lock_guard mem(dev.memory_mutex);
+  if (!dev.memory->usable()) return false;
+  auto hole = dev.memory->cheapest_hole(
+      size, dev.info().base_alignment,
+      [&](const bufalloc::BlockInfo& b) -> std::optional<std::uint64_t> {
+        const std::size_t* i = candidate_at(b.address);
+        if (i == nullptr) return std::nullopt;
+        return candidates[*i].last_use;
+      },
+      [&](const bufalloc::BlockInfo& b) { victims.push_back(*candidate_at(b.address)); });
+  if (!hole) victims.resize(first);
+  return hole.ok();
 }
 
 engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {

@@ -22,6 +22,8 @@ class EngineHost final : public engine::Host {
   engine::Allocation allocate(engine::Location at, void* cookie, std::uint64_t size) override;
   void free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,
             std::span<const engine::Event> after) noexcept override;
+  bool hole_victims(engine::Location at, std::uint64_t size, std::span<const engine::EvictionCandidate> candidates,
+                    std::vector<std::size_t>& victims) override;
 
   engine::CopyHandle create_copy(const engine::CopyRequest& request) override;
   void submit_copy(engine::CopyHandle copy, std::span<const engine::Event> deps) noexcept override;

@@ -54,6 +54,14 @@ bufalloc::Result<bufalloc::BlockHandle> GlobalMemory::allocate(std::uint64_t siz
   return bufalloc::Error{bufalloc::Errc::out_of_memory, size, alignment, 0, 0, 0};
 }
 
+bufalloc::Result<bufalloc::Hole> GlobalMemory::cheapest_hole(
+    std::uint64_t size, std::uint64_t alignment,
+    const std::function<std::optional<std::uint64_t>(const bufalloc::BlockInfo&)>& evictable,
+    const std::function<void(const bufalloc::BlockInfo&)>& visit) const {
+  if (region_) return region_->cheapest_hole(size, alignment, evictable, visit);
+  return bufalloc::Error{bufalloc::Errc::no_hole, size, alignment};
+}
+
 void GlobalMemory::free(const bufalloc::BlockHandle& block, bool promised) noexcept {
   if (promised) --promised_;
   if (region_) (void)region_->free(block);

@@ -14,6 +14,7 @@
 // Not thread-safe: every call is made under DeviceState::memory_mutex.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,14 @@ class GlobalMemory {
   /// Frees a block whose last users finish with `fence`: see the file
   /// comment. Needs the room promise_quarantine() made: allocates nothing.
   void free_after(const bufalloc::BlockHandle& block, std::uint64_t size, std::shared_ptr<EventState> fence) noexcept;
+  /// The live blocks to free so that `size` bytes at `alignment` fit
+  /// (bufalloc's Region::cheapest_hole, same callbacks). A device with a
+  /// heap has no answer (no_hole): its segments come from the driver and
+  /// go back to it, so freed blocks need not join into one hole.
+  [[nodiscard]] bufalloc::Result<bufalloc::Hole> cheapest_hole(
+      std::uint64_t size, std::uint64_t alignment,
+      const std::function<std::optional<std::uint64_t>(const bufalloc::BlockInfo&)>& evictable,
+      const std::function<void(const bufalloc::BlockInfo&)>& visit) const;
   /// Whether a block placed at [address, + size) would have to wait for a
   /// fence. Allocates nothing (free() may release a segment after asking).
   [[nodiscard]] bool fenced(DeviceAddress address, std::uint64_t size) const noexcept;

@@ -43,7 +43,7 @@ constexpr const char* kHostFailure = "the test's host failed";
 // The test's host, with no allocation failing inside the calls a host must
 // not fail (host.hpp: free, submit_copy, the noexcept ones), as a real
 // host's do not: ByteHost allocates its bookkeeping there. `throws_left`
-// counts down the calls that may fail (allocate, create_copy): the one
+// counts down the calls that may fail (allocate, hole_victims, create_copy): the one
 // that reaches 0 throws, as a host whose own code fails might.
 class MustNotFail final : public Host {
  public:
@@ -61,6 +61,11 @@ class MustNotFail final : public Host {
     host_.free(at, cookie, storage, size, after);
   }
   bool can_evict(void* cookie, Location at) const noexcept override { return host_.can_evict(cookie, at); }
+  bool hole_victims(Location at, std::uint64_t size, std::span<const EvictionCandidate> candidates,
+                    std::vector<std::size_t>& victims) override {
+    may_throw();
+    return host_.hole_victims(at, size, candidates, victims);
+  }
   CopyHandle create_copy(const CopyRequest& r) override {
     may_throw();
     return host_.create_copy(r);

@@ -138,6 +138,33 @@ class ByteHost final : public Host {
     return a;
   }
 
+  // As memlayer's runtime does (lib/src/engine_host.cpp): the region names
+  // the cheapest hole, the candidates' last use breaking ties.
+  bool hole_victims(Location at, std::uint64_t size, std::span<const EvictionCandidate> candidates,
+                    std::vector<std::size_t>& victims) override {
+    ++hole_questions;
+    if (!answers_holes) return false;
+    std::vector<std::pair<StorageHandle, std::size_t>> by_address;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      EXPECT_TRUE(is_live_storage(at, candidates[i])) << "a candidate names storage this host does not hold for a buffer";
+      by_address.emplace_back(candidates[i].storage, i);
+    }
+    std::sort(by_address.begin(), by_address.end());
+    auto find = [&](bufalloc::Address a) -> const std::size_t* {
+      auto it = std::lower_bound(by_address.begin(), by_address.end(), std::make_pair(a, std::size_t{0}));
+      return it != by_address.end() && it->first == a ? &it->second : nullptr;
+    };
+    auto hole = regions_[at - 1].cheapest_hole(
+        size, 64,
+        [&](const bufalloc::BlockInfo& b) -> std::optional<std::uint64_t> {
+          const std::size_t* i = find(b.address);
+          if (i == nullptr) return std::nullopt;
+          return candidates[*i].last_use;
+        },
+        [&](const bufalloc::BlockInfo& b) { victims.push_back(*find(b.address)); });
+    return hole.ok();
+  }
+
   std::uint64_t capacity(Location at) const noexcept override {
     return at == kHost ? UINT64_MAX : memory_[at].size();
   }
@@ -285,6 +312,9 @@ class ByteHost final : public Host {
 
   migration::LinkCostModel cost;
   bool fail_allocations = false;
+  /// Whether hole_victims() answers (else the engine evicts by rank alone).
+  bool answers_holes = true;
+  int hole_questions = 0;
   /// Like PoCL: free() keeps storage whose `after` events are unfinished
   /// until they have finished (collected at the next allocate), and a `full`
   /// allocation names those events as room_after.
@@ -308,6 +338,12 @@ class ByteHost final : public Host {
     Task* fence;
   };
   static Task& task(Event e) { return *static_cast<Task*>(e); }
+  // A candidate names storage this host handed out and has not taken back.
+  bool is_live_storage(Location at, const EvictionCandidate& c) const {
+    return c.cookie != nullptr && c.size > 0 && std::none_of(deferred_.begin(), deferred_.end(), [&](const Quarantine& q) {
+             return q.at == at && q.offset == c.storage;
+           });
+  }
   Task& new_task() {
     tasks_.emplace_back();
     tasks_.back().id = static_cast<int>(tasks_.size());

@@ -149,6 +149,31 @@ ml_status ml_region_get_stats(const ml_region* region, ml_region_stats* out);
 typedef void (*ml_block_visitor)(void* user, uint64_t address, uint64_t size, int is_free);
 ml_status ml_region_walk(const ml_region* region, ml_block_visitor visit, void* user);
 
+/* The run of blocks to free so that a request of `size` bytes aligned to
+ * `alignment` fits (Region::cheapest_hole in memlayer/bufalloc/region.hpp):
+ * among the runs of adjacent blocks that would hold it once their live
+ * blocks were freed and whose every live block evictable(user, address,
+ * size) accepts (nonzero; NULL accepts all), the one with the fewest live
+ * bytes (ties: fewest live blocks, then the first in address order; the
+ * C++ call also weighs blocks against each other). Calls
+ * visit(user, address, size, 0) for each of its live blocks in address
+ * order (visit may be NULL), then writes the run to *out. Nothing changes.
+ * Neither callback may call into the same region. Errors: INVALID_ARGUMENT
+ * (region or out NULL), ZERO_SIZE, SIZE_OVERFLOW,
+ * ALIGNMENT_NOT_POWER_OF_TWO, ALIGNMENT_OVERFLOW, NO_HOLE (no run can hold
+ * it: larger than the region, or every such run has a refused live block).
+ * O(blocks), allocates nothing. Thread-safe with ML_REGION_THREAD_SAFE (the
+ * mutex is held during the search). */
+typedef int (*ml_block_filter)(void* user, uint64_t address, uint64_t size);
+typedef struct ml_hole {
+  uint64_t address;     /* the run's first byte */
+  uint64_t size;        /* bytes it spans, free and live */
+  uint64_t live_bytes;  /* bytes of its live blocks */
+  uint64_t live_blocks; /* how many (0: an allocation would succeed) */
+} ml_hole;
+ml_status ml_region_cheapest_hole(const ml_region* region, uint64_t size, uint64_t alignment,
+                                  ml_block_filter evictable, ml_block_visitor visit, void* user, ml_hole* out);
+
 /* Verifies every invariant of the bookkeeping (tiling, no adjacent free
  * blocks, size-class index, counters, address index). Returns
  * INVARIANT_VIOLATION naming the broken rule in ml_last_error_message().

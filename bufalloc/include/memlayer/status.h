@@ -6,7 +6,7 @@
  * ml_last_error_message() describes that failure with its figures. A failed
  * call changes nothing.
  *
- * Codes 1-16 and 20-21 are the allocators' (equal to memlayer::bufalloc::Errc),
+ * Codes 1-16 and 20-22 are the allocators' (equal to memlayer::bufalloc::Errc),
  * 17-19 the planner's; ML_ERROR_INVALID_ARGUMENT and
  * ML_ERROR_HOST_OUT_OF_MEMORY serve both. Values never change.
  */
@@ -39,7 +39,8 @@ typedef enum ml_status {
   ML_ERROR_NO_PATH = 18,                     /* planner: no way to reach a location (host links missing) */
   ML_ERROR_MISMATCH = 19,                    /* planner: commit's copy events do not match the plan */
   ML_ERROR_STALE_HANDLE = 20,                /* free: the handle's block was freed, its record reused */
-  ML_ERROR_FOREIGN_HANDLE = 21               /* free: a handle this region did not issue */
+  ML_ERROR_FOREIGN_HANDLE = 21,              /* free: a handle this region did not issue */
+  ML_ERROR_NO_HOLE = 22                      /* cheapest_hole: no run of free and evictable blocks holds the request */
 } ml_status;
 
 /* The fixed name of a status ("ML_ERROR_OUT_OF_MEMORY"); "ML_UNKNOWN_STATUS"

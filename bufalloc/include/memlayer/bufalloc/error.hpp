@@ -43,6 +43,7 @@ enum class Errc : int {
   // 17-19 are the migration planner's (memlayer/status.h).
   stale_handle = 20,              ///< free(handle): its block was freed and its record reused since
   foreign_handle = 21,            ///< free(handle): not issued by this region (another's, zeroed, or altered)
+  no_hole = 22,                   ///< cheapest_hole(): no run of free and evictable blocks can hold the request
 };
 
 /// The short, fixed name of an error code ("out_of_memory", ...).

@@ -1,10 +1,10 @@
 // memlayer/bufalloc/locked_region.hpp — a Region that several threads may use.
 //
 // Locking: one mutex per region, held for the whole of each call (allocate,
-// both frees, reset, stats, walk, check). Calls are linearisable; nothing blocks
+// both frees, reset, stats, walk, cheapest_hole, check). Calls are linearisable; nothing blocks
 // except on that mutex; no call takes any other lock, so a LockedRegion can't
-// take part in a lock-order deadlock. walk() holds the mutex while it runs the
-// callback: the callback must not call back into the same region.
+// take part in a lock-order deadlock. walk() and cheapest_hole() hold the mutex
+// while they run the callbacks: these must not call back into the same region.
 //
 // Use Region directly when one thread owns the space (a device's submit
 // thread, a per-queue allocator): it skips the mutex.
@@ -53,6 +53,11 @@ class LockedRegion {
   void walk(const std::function<void(const BlockInfo&)>& visit) const {
     std::lock_guard lock(mutex_);
     region_.walk(visit);
+  }
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
+                             const std::function<void(const BlockInfo&)>& visit) const {
+    std::lock_guard lock(mutex_);
+    return region_.cheapest_hole(size, alignment, evictable, visit);
   }
   Result<void> check(std::string* what = nullptr) const {
     std::lock_guard lock(mutex_);

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memlayer/bufalloc/error.hpp"
@@ -85,6 +86,16 @@ struct BlockInfo {
   Address address = 0;
   Size size = 0;
   bool free = false;
+};
+
+/// What Region::cheapest_hole() found: a run of adjacent blocks, free and
+/// live, that would hold the request once its live blocks were freed.
+struct Hole {
+  Address address = 0;            ///< the run's first byte
+  Size size = 0;                  ///< bytes the run spans, free and live
+  Size live_bytes = 0;            ///< bytes of its live blocks: what freeing them gives up
+  std::uint64_t live_blocks = 0;  ///< how many live blocks it holds (0: allocate() would succeed)
+  std::uint64_t weight = 0;       ///< the sum of their weights (cheapest_hole()'s `evictable`)
 };
 
 class Region {
@@ -160,6 +171,36 @@ class Region {
   /// The blocks tile [base, base + usable size) exactly. The callback must not
   /// modify the region. Complexity O(blocks).
   void walk(const std::function<void(const BlockInfo&)>& visit) const;
+
+  /// Which live blocks to free so that a request of `size` bytes aligned to
+  /// `alignment` (as allocate() takes them) fits, when allocate() says
+  /// out_of_memory although enough bytes are free: they are cut into holes
+  /// too small. Finds the run of adjacent blocks that would hold the request
+  /// once its live blocks were freed, among the runs whose every live block
+  /// `evictable` accepts, with the fewest live bytes (ties: the fewest live
+  /// blocks, then the lowest sum of weights, then the run found first in
+  /// address order); calls `visit` for each live block of that run in
+  /// address order, and returns the run. `evictable(block)` says nullopt for
+  /// a block the caller cannot free, else the block's weight: what the
+  /// caller would rather keep weighs more (e.g. when it was last used, for
+  /// least recently used first among equal runs); a run's weights must sum
+  /// within 64 bits. A run holds the request when the request, its
+  /// alignment padding included, lies within it: the padding and what is
+  /// left at its ends stay free. `evictable` is called at most twice per
+  /// live block (as the run reaches it and as it leaves), each time in
+  /// address order, and must answer alike; neither callback may modify the
+  /// region.
+  /// Bookkeeping only, like everything here: nothing is freed, nothing
+  /// changes.
+  /// Errors (nothing visited): zero_size, size_overflow,
+  /// alignment_not_power_of_two, alignment_overflow (as allocate()); no_hole
+  /// (with free_bytes and largest_free) when no run can hold the request:
+  /// it is larger than the region, or every run that would hold it has a
+  /// live block `evictable` refused. Complexity O(blocks), one pass in
+  /// address order with two cursors (it is for eviction, which is rare;
+  /// allocate() stays O(1)), plus the callbacks; allocates nothing.
+  Result<Hole> cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
+                             const std::function<void(const BlockInfo&)>& visit) const;
 
   /// Verifies every invariant: blocks tile the space with no overlap and no
   /// gap; no two free blocks are adjacent; every free block is in the right

@@ -6,8 +6,11 @@
 //   1. finds or allocates each buffer's storage there, the largest first
 //      (a command whose buffers cannot fit the location together fails at
 //      once: Host::capacity); when the location is
-//      full it evicts a buffer the command does not use, one with nothing
-//      to write back first, then the least recently used: the storage is
+//      full it evicts buffers the command does not use: those whose
+//      storage borders the cheapest hole for the buffer, as the host names
+//      them (Host::hole_victims; those with nothing to write back asked
+//      about first), else one at a time, one with nothing to write back
+//      first, then the least recently used: the storage is
 //      handed back to the host with the events that must finish before
 //      anything reuses it. A buffer with bytes valid nowhere else has them
 //      written back to the host copy first, asynchronously, and keeps its
@@ -258,7 +261,8 @@ class Engine {
   /// Submission's previous enqueue: a kernel enqueued again), plus the
   /// planner's cost per buffer
   /// (O(log spans + spans touched × locations)), plus one pass over the
-  /// engine's buffers per eviction.
+  /// engine's buffers per eviction, and per placement that finds the
+  /// location full one more and the host's Host::hole_victims.
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
                                                     Submission& out);
 

@@ -11,10 +11,11 @@
 // the cookie the host gave the engine's Buffer when it made it.
 //
 // Locks. The engine calls retain(), release(), status(), allocate(),
-// free() and create_copy() while it holds the locks of the buffers a command
-// uses (the engine's own, never the host's): these must not call back into
-// the engine, block on another enqueue, or run user callbacks. submit_copy()
-// and discard_copy() are called with no engine lock held.
+// free(), hole_victims() and create_copy() while it holds the locks of the
+// buffers a command uses (the engine's own, never the host's; for
+// hole_victims(), also those of the buffers it names): these must not call
+// back into the engine, block on another enqueue, or run user callbacks.
+// submit_copy() and discard_copy() are called with no engine lock held.
 //
 // Thread-safety: the engine calls a host from every thread that enqueues, at
 // once; each function must be safe for that.
@@ -107,6 +108,18 @@ struct CopyRequest {
   std::span<const CopySource> also;
 };
 
+/// A buffer eviction may take from a location now, as the engine names it
+/// to Host::hole_victims().
+struct EvictionCandidate {
+  void* cookie = nullptr;
+  StorageHandle storage = 0;  ///< its storage at the location
+  std::uint64_t size = 0;
+  /// When a command last used it there (the engine's stamp): lower is
+  /// longer ago, and among holes that cost the same the engine would rather
+  /// evict the least recently used.
+  std::uint64_t last_use = 0;
+};
+
 class Host {
  public:
   virtual ~Host() = default;
@@ -163,6 +176,29 @@ class Host {
   /// the host has handed out a pointer into it, a mapping). O(1); called
   /// under engine locks. The default: always.
   [[nodiscard]] virtual bool can_evict(void* /*cookie*/, Location /*at*/) const noexcept { return true; }
+
+  /// Which of `candidates` to evict from device `at` so that a `size`-byte
+  /// buffer fits there, when allocate() said `full`: those whose storage,
+  /// with the free space around it, makes the hole that holds the buffer at
+  /// the least cost: the fewest bytes evicted, then the fewest buffers, then
+  /// the lowest sum of `last_use` (memlayer's runtime asks bufalloc's
+  /// Region::cheapest_hole). The candidates are the buffers the engine may
+  /// evict now; storage at `at` of any other (the command's own, one another
+  /// thread holds, one a write-back is saving, one that would lose undo
+  /// content or bytes still being made, a mapped one) stays, and a hole
+  /// through it is no use. Appends the chosen candidates' indices to
+  /// `victims` and returns true; false when no hole can be made of the
+  /// candidates or the host cannot tell (the default): the engine then
+  /// evicts by its rank alone (engine.hpp), as it does when evicting the
+  /// victims named did not make room after all. An empty answer with true
+  /// means the buffer fits already (no victim). Called under engine locks
+  /// (host.hpp's file comment): must not call back into the engine. Cost:
+  /// the host's; bufalloc's is O(blocks at `at`), paid only when the
+  /// location is full.
+  virtual bool hole_victims(Location /*at*/, std::uint64_t /*size*/, std::span<const EvictionCandidate> /*candidates*/,
+                            std::vector<std::size_t>& /*victims*/) {
+    return false;
+  }
 
   // ---- copies -------------------------------------------------------------
   /// Makes, without starting it, a copy of `request`'s bytes. The copy must
