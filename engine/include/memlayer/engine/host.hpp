@@ -161,7 +161,11 @@ class Host {
   /// enqueue), or it keeps the storage until they have finished and, while
   /// that keeps allocate() `full`, names them as `room_after` (PoCL: its
   /// commands look the storage up when they run, so it must stay theirs).
-  /// Never fails.
+  /// Storage none of whose `after` events is unfinished must be reusable at
+  /// once: a failed enqueue gives back its new storage so, and the
+  /// `device_busy` it reports names only room_after, so storage held back
+  /// with nothing to wait for would never come back to an enqueue that
+  /// waits and tries again. Never fails.
   virtual void free(Location at, void* cookie, StorageHandle storage, std::uint64_t size,
                     std::span<const Event> after) noexcept = 0;
 
