@@ -304,7 +304,7 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
 // above the granularity, a region with an address index, and the fallback
 // search (when the fast path's find_fast() found nothing, it finds nothing
 // again here).
-[[gnu::noinline]] Result<BlockHandle> RegionCore::allocate_general(Size size, Size alignment) {
+Result<RegionCore::Request> RegionCore::checked_request(Size size, Size alignment) const {
   const Size g = granularity();
   if (size == 0) return Error{Errc::zero_size, size, alignment};
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
@@ -312,8 +312,15 @@ MEMLAYER_HOT_INLINE Result<BlockHandle> RegionCore::allocate(Size size, Size ali
   if (size > kMax - (g - 1)) return Error{Errc::size_overflow, size, alignment};
   const Size asize = (size + g - 1) & ~(g - 1);
   const Size align = alignment > g ? alignment : g;
-  const Size worst_pad = align - g;
-  if (asize > kMax - worst_pad) return Error{Errc::alignment_overflow, size, alignment};
+  if (asize > kMax - (align - g)) return Error{Errc::alignment_overflow, size, alignment};
+  return Request{asize, align};
+}
+
+[[gnu::noinline]] Result<BlockHandle> RegionCore::allocate_general(Size size, Size alignment) {
+  const auto request = checked_request(size, alignment);
+  if (!request) return request.error();
+  const auto [asize, align] = request.value();
+  const Size worst_pad = align - granularity();
 
   if (asize <= size_) {
     unsigned c = 0;

@@ -57,6 +57,14 @@ class RegionCore {
   template <bool kExact>
   Result<BlockHandle> carve_head(RecordIndex i, unsigned c, std::uint64_t asize_units);
   Result<BlockHandle> allocate_general(Size size, Size alignment);
+  // A request's size rounded up to the granularity and its effective
+  // alignment, or the error that names what is wrong with it (zero size,
+  // an alignment not a power of two, overflow): allocate() and
+  // cheapest_hole() take requests alike.
+  struct Request {
+    Size asize, align;
+  };
+  Result<Request> checked_request(Size size, Size alignment) const;
   BlockHandle make_handle(Address address, RecordIndex i, std::uint32_t generation) const noexcept {
     return BlockHandle{address, i, generation, id_};
   }

@@ -28,15 +28,9 @@ bool holds(Address start, Address end, Size asize, Size align) noexcept {
 // `evictable` refuses ends every run before it: the next starts after it.
 Result<Hole> RegionCore::cheapest_hole(Size size, Size alignment, const std::function<std::optional<std::uint64_t>(const BlockInfo&)>& evictable,
                                        const std::function<void(const BlockInfo&)>& visit) const {
-  constexpr Size kMax = std::numeric_limits<Size>::max();
-  const Size g = granularity_;
-  if (size == 0) return Error{Errc::zero_size, size, alignment};
-  if (alignment != 0 && (alignment & (alignment - 1)) != 0)
-    return Error{Errc::alignment_not_power_of_two, size, alignment};
-  if (size > kMax - (g - 1)) return Error{Errc::size_overflow, size, alignment};
-  const Size asize = (size + g - 1) & ~(g - 1);
-  const Size align = alignment > g ? alignment : g;
-  if (asize > kMax - (align - g)) return Error{Errc::alignment_overflow, size, alignment};
+  const auto request = checked_request(size, alignment);
+  if (!request) return request.error();
+  const auto [asize, align] = request.value();
 
   auto end_of = [&](RecordIndex i) { return address_of(records_[records_[i].next_phys]); };
   auto live = [&](RecordIndex i) { return records_[i].kind() != RecordKind::free; };
