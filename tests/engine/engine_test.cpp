@@ -48,6 +48,17 @@ class EngineTest : public ::testing::Test {
     return &cmd;
   }
 
+  // Overwrites all of `b` with `v` on device 1: a command the host runs
+  // when the test runs its tasks.
+  void write(Buffer& b, std::uint8_t v) {
+    Task& cmd = host_.command(nullptr);
+    ASSERT_FALSE(engine_->enqueue({{{&b, {0, b.size(), Access::overwrite}}}}, 1, &cmd, sub_));
+    std::uint8_t* at = host_.bytes(1, sub_.storage()[0]);
+    cmd.work = [at, v, n = b.size()] { std::memset(at, v, n); };
+    host_.start(cmd, sub_.waits());
+    sub_.clear();
+  }
+
   ByteHost host_;
   std::unique_ptr<Engine> engine_ = std::make_unique<Engine>(host_);
   Submission sub_;
@@ -142,14 +153,6 @@ TEST_F(EngineTest, ACommandLargerThanTheDeviceFailsAtOnceEvictingNothing) {
 // bytes were only there; the enqueue waits for that), evicted, and
 // everything placed again, the largest first; their bytes come back.
 TEST_F(EngineTest, ACommandThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
-  auto write = [&](Buffer& b, std::uint8_t v) {
-    Task& cmd = host_.command(nullptr);
-    ASSERT_FALSE(engine_->enqueue({{{&b, {0, b.size(), Access::overwrite}}}}, 1, &cmd, sub_));
-    std::uint8_t* at = host_.bytes(1, sub_.storage()[0]);
-    cmd.work = [at, v, n = b.size()] { std::memset(at, v, n); };
-    host_.start(cmd, sub_.waits());
-    sub_.clear();
-  };
   Buffer& a = make(2048, false);
   Buffer& x = make(2048, true);
   Buffer& b = make(2048, false);
@@ -195,13 +198,25 @@ TEST_F(EngineTest, ACommandThatFitsTheDeviceButNoHoleMovesItsOwnBuffers) {
 // what the host's answer saves.
 class EngineHoleTest : public EngineTest, public ::testing::WithParamInterface<bool> {
  protected:
-  void write(Buffer& b, std::uint8_t v) {
-    Task& cmd = host_.command(nullptr);
-    ASSERT_FALSE(engine_->enqueue({{{&b, {0, b.size(), Access::overwrite}}}}, 1, &cmd, sub_));
-    std::uint8_t* at = host_.bytes(1, sub_.storage()[0]);
-    cmd.work = [at, v, n = b.size()] { std::memset(at, v, n); };
-    host_.start(cmd, sub_.waits());
+  // The device of these tests: A0-A7, 1 KiB each and written there, used
+  // in the order A5, A7, A0, A6, A4, A2 (the least recently used first),
+  // then A1 and A3 released, leaving two 1 KiB holes. With the host
+  // answering holes or not (the test's parameter).
+  std::vector<Buffer*> cut_into_holes() {
+    host_.answers_holes = GetParam();
+    std::vector<Buffer*> a;
+    for (int i = 0; i < 8; ++i) {
+      a.push_back(&make(1024, false));
+      write(*a.back(), static_cast<std::uint8_t>(0xA0 + i));
+      EXPECT_TRUE(a.back()->has_storage(1));
+    }
+    host_.run_all();
+    for (int i : {5, 7, 0, 6, 4, 2}) EXPECT_NE(enqueue({{a[i], {0, 1024, Access::read}}}, 1), nullptr);
     sub_.clear();
+    host_.run_all();
+    buffers_[1].reset();
+    buffers_[3].reset();
+    return a;
   }
   // Enqueues `uses` until it is not device_busy, waiting for what it names.
   Task* enqueue_waiting(const std::vector<BufferUse>& uses) {
@@ -221,19 +236,8 @@ class EngineHoleTest : public EngineTest, public ::testing::WithParamInterface<b
 
 TEST_P(EngineHoleTest, EvictionFreesTheBuffersBetweenHolesNotTheLeastRecentlyUsed) {
   const bool holes = GetParam();
-  host_.answers_holes = holes;
-  std::vector<Buffer*> a;
-  for (int i = 0; i < 8; ++i) {
-    a.push_back(&make(1024, false));
-    write(*a.back(), static_cast<std::uint8_t>(0xA0 + i));
-    ASSERT_EQ(buffers_.back()->has_storage(1), true);
-  }
-  host_.run_all();
-  for (int i : {5, 7, 0, 6, 4, 2}) ASSERT_NE(enqueue({{a[i], {0, 1024, Access::read}}}, 1), nullptr);  // the LRU order
-  sub_.clear();
-  host_.run_all();
-  buffers_[1].reset();  // A1 and A3 go: two 1 KiB holes
-  buffers_[3].reset();
+  const std::vector<Buffer*> a = cut_into_holes();
+  ASSERT_FALSE(HasFailure());
   Buffer& c = make(3072, false);
   Task* cmd = enqueue_waiting({{&c, {0, 3072, Access::overwrite}}});
   ASSERT_NE(cmd, nullptr);
@@ -264,18 +268,8 @@ TEST_P(EngineHoleTest, EvictionFreesTheBuffersBetweenHolesNotTheLeastRecentlyUse
 // neighbouring buffers evicted, not the four least recently used.
 TEST_P(EngineHoleTest, AHoleThroughTheCommandsOwnBufferIsNotChosen) {
   const bool holes = GetParam();
-  host_.answers_holes = holes;
-  std::vector<Buffer*> a;
-  for (int i = 0; i < 8; ++i) {
-    a.push_back(&make(1024, false));
-    write(*a.back(), static_cast<std::uint8_t>(0xA0 + i));
-  }
-  host_.run_all();
-  for (int i : {5, 7, 0, 6, 4, 2}) ASSERT_NE(enqueue({{a[i], {0, 1024, Access::read}}}, 1), nullptr);
-  sub_.clear();
-  host_.run_all();
-  buffers_[1].reset();
-  buffers_[3].reset();
+  const std::vector<Buffer*> a = cut_into_holes();
+  ASSERT_FALSE(HasFailure());
   Buffer& c = make(3072, false);
   ASSERT_NE(enqueue_waiting({{a[2], {0, 1024, Access::read}}, {&c, {0, 3072, Access::overwrite}}}), nullptr);
   const StorageHandle placed = sub_.storage()[1];
