@@ -186,14 +186,9 @@ class ByteHost final : public Host {
       deferred_.push_back({at, storage, size, &fence});
       return;
     }
-    if (defer_frees) {
-      --live_storage;
-      EXPECT_TRUE(regions_[at - 1].free(storage).ok());
-      return;
-    }
     --live_storage;
     EXPECT_TRUE(regions_[at - 1].free(storage).ok());
-    quarantine_.push_back({at, storage, size, &fence});
+    if (!defer_frees) quarantine_.push_back({at, storage, size, &fence});
   }
 
   CopyHandle create_copy(const CopyRequest& r) override {

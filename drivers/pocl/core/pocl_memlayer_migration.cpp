@@ -52,6 +52,11 @@ Location location_of(cl_device_id dev) {
 
 cl_event event_of(Event e) { return static_cast<cl_event>(e); }
 
+// Whether `dev` is a memlayer device: its mappings are host memory of its
+// own or the host copy, never its storage, and its driver re-sources and
+// retries failed migrations (pocl_ml_migration_retry).
+bool is_memlayer_device(cl_device_id dev) { return std::strcmp(dev->ops->device_name, "memlayer") == 0; }
+
 bool finished(cl_event e) {
   // CL_COMPLETE is 0, failures are negative; status only decreases.
   return __atomic_load_n(&e->status, __ATOMIC_ACQUIRE) <= CL_COMPLETE;
@@ -392,7 +397,7 @@ bool PoclHost::can_evict(void* cookie, Location at) const noexcept {
   cl_mem mem = buffer_of(cookie).mem;
   if (!compat::mapped(mem)) return true;
   cl_device_id dev = at == kHost ? nullptr : cs_.device(at);
-  if (dev == nullptr || std::strcmp(dev->ops->device_name, "memlayer") != 0) return false;
+  if (dev == nullptr || !is_memlayer_device(dev)) return false;
   POCL_LOCK_OBJ(mem);
   const bool unmapping = compat::unmaps_committed(mem);
   POCL_UNLOCK_OBJ(mem);
@@ -455,7 +460,7 @@ CopyHandle PoclHost::create_copy(const CopyRequest& r) {
 // driver asks; other drivers' copies are tried as their drivers try them.
 void PoclHost::record_fallbacks(const CopyRequest& r, cl_event ev) {
   cl_device_id runner = cs_.device(r.dst != kHost ? r.dst : r.src);
-  if (std::strcmp(runner->ops->device_name, "memlayer") != 0) return;
+  if (!is_memlayer_device(runner)) return;
   std::vector<cl_device_id> also;
   if (r.dst != kHost)
     for (const memlayer::engine::CopySource& s : r.also) also.push_back(cs_.source(s.at));
