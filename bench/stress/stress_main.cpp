@@ -18,8 +18,13 @@
 // and drops the pending reads of those enqueued since it: every other read
 // is still checked byte for byte.
 //
-// Exit status: 0 when every check passed; 1 on a mismatch or a failed
-// check; 2 on bad arguments; 3 when the watchdog saw no progress (a hang).
+// Devices smaller than the working set (--memory) must never refuse a
+// command whose buffers fit one together: the enqueue evicts, or waits for
+// room, instead (doc/runtime.md, memory pressure). Each refusal is counted,
+// and one that fit fails the run.
+//
+// Exit status: 0 when every check passed; 1 on a mismatch, a failed check
+// or a refused command that fit; 2 on bad arguments; 3 when the watchdog saw no progress (a hang).
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,6 +112,13 @@ struct Shared {
   std::atomic<std::uint64_t> done{0};
   std::atomic<std::uint64_t> mismatches{0};
   std::atomic<std::uint64_t> failed_commands{0};
+  // Enqueues refused for lack of device memory: those whose buffers did
+  // not fit a device together (allowed), and those that did (the promise
+  // broken: doc/runtime.md, memory pressure), with the first one's message.
+  std::atomic<std::uint64_t> too_big{0};
+  std::atomic<std::uint64_t> refused{0};
+  std::mutex refused_mutex;
+  std::string first_refusal;
   std::atomic<std::uint64_t> min_bytes{0};
   std::atomic<std::uint64_t> checked_reads{0};
   std::atomic<std::uint64_t> checked_bytes{0};
@@ -286,6 +298,25 @@ class Worker {
     });
   }
 
+  // Counts an enqueue refused for lack of device memory (Shared::refused):
+  // allowed only when the distinct `parents` it uses exceed a device.
+  template <typename T>
+  void note_refusal(const Result<T>& r, std::vector<std::size_t> parents) {
+    if (r || r.error().code != cl::kMemObjectAllocationFailure) return;
+    std::sort(parents.begin(), parents.end());
+    parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+    std::uint64_t need = 0;
+    for (std::size_t p : parents) need += parents_[p].size();
+    if (need > s_.opt.memory) {
+      s_.too_big.fetch_add(1);
+      return;
+    }
+    if (s_.refused.fetch_add(1) == 0) {
+      std::lock_guard lock(s_.refused_mutex);
+      s_.first_refusal = r.error().message;
+    }
+  }
+
   // A command that may fail: what it reads and writes (parents), for the
   // model to forget once it finds it failed.
   void track(Result<Event> r, const char* what, std::vector<std::size_t> reads, std::vector<std::size_t> writes) {
@@ -382,6 +413,7 @@ class Worker {
     auto w = wait_list();
     auto r = as_rect ? s_.queues[q]->enqueue_read_rect(v.buffer, layout, {}, region, pr.out.data(), blocking, w)
                      : s_.queues[q]->enqueue_read(v.buffer, box.first(), region[0], pr.out.data(), blocking, w);
+    note_refusal(r, {v.parent});
     if (!r && blocking && r.error().code != cl::kMemObjectAllocationFailure) return;  // it ran and failed
     if (!r && r.error().code != cl::kMemObjectAllocationFailure) fail("read: " + r.error().message);
     if (!r) return;
@@ -431,6 +463,7 @@ class Worker {
       const bool blocking = rng_() % 4 == 0;
       if (blocking) open_all_gates();
       auto r = s_.queues[q]->enqueue_write(v.buffer, off, n, data->data(), blocking, wait_list());
+      note_refusal(r, {v.parent});
       if (!r && r.error().code < 0 && blocking && r.error().code != cl::kMemObjectAllocationFailure) {
         m.forget();  // the blocking write itself failed: maybe half-way, where its bytes were the only copy
         return;
@@ -456,6 +489,7 @@ class Worker {
       std::uint8_t pattern[8];
       for (auto& b : pattern) b = static_cast<std::uint8_t>(rng_());
       auto r = s_.queues[q]->enqueue_fill(v.buffer, pattern, ps, foff, fn, wait_list());
+      note_refusal(r, {v.parent});
       if (r) {
         for (std::uint64_t i = 0; i < fn; ++i) {
           m.bytes[v.buffer.offset() + foff + i] = pattern[i % ps];
@@ -474,6 +508,7 @@ class Worker {
       const std::uint64_t sa = v.buffer.offset() + so, da = d.buffer.offset() + dof;
       if (v.parent == d.parent && sa < da + len && da < sa + len) return;  // overlapping: not allowed
       auto r = s_.queues[q]->enqueue_copy(v.buffer, d.buffer, so, dof, len, wait_list());
+      note_refusal(r, {v.parent, d.parent});
       if (r) {
         touch(m, sa, len, loc_bit(q), true, false);
         for (std::uint64_t i = 0; i < len; ++i) {
@@ -490,6 +525,7 @@ class Worker {
       const std::uint32_t flags = kinds[rng_() % 4];
       open_all_gates();
       auto r = s_.queues[q]->enqueue_map(v.buffer, flags, off, n, true, wait_list());
+      note_refusal(r, {v.parent});
       if (!r) {
         // A failed dependency fails the map (and changes nothing).
         if (r.error().code != cl::kExecStatusErrorForEventsInWaitList && r.error().code != cl::kMemObjectAllocationFailure)
@@ -515,6 +551,7 @@ class Worker {
       const bool to_host = rng_() % 3 == 0, undefined = rng_() % 10 == 0;
       std::vector<Buffer> one{v.buffer};
       auto r = s_.queues[q]->enqueue_migrate(one, to_host, undefined, wait_list());
+      note_refusal(r, {v.parent});
       if (r && undefined) {
         std::fill(m.known.begin() + static_cast<long>(v.buffer.offset()),
                   m.known.begin() + static_cast<long>(v.buffer.offset() + v.buffer.size()), 0);
@@ -540,6 +577,7 @@ class Worker {
     const bool blocking = rng_() % 4 == 0;
     if (blocking) open_all_gates();
     auto r = s_.queues[q]->enqueue_write_rect(v.buffer, layout, {}, region, data->data(), blocking, wait_list());
+    note_refusal(r, {v.parent});
     if (!r && blocking && r.error().code != cl::kMemObjectAllocationFailure) {
       m.forget();  // the blocking write itself failed
       return;
@@ -558,6 +596,7 @@ class Worker {
     const RectBox src = box_of(from, region), dst = box_of(to, region);
     if (v.parent == d.parent && overlap(src, v.buffer.offset(), dst, d.buffer.offset())) return;  // not allowed
     auto r = s_.queues[q]->enqueue_copy_rect(v.buffer, d.buffer, from, to, region, wait_list());
+    note_refusal(r, {v.parent, d.parent});
     if (r) {
       Model& m = models_[v.parent];
       std::vector<std::uint8_t> bytes, known;
@@ -611,6 +650,9 @@ class Worker {
           return Status{};
         },
         args, wait_list());
+    std::vector<std::size_t> parents;
+    for (std::size_t vi : which) parents.push_back(views_[vi].parent);
+    note_refusal(r, parents);
     std::vector<std::size_t> reads, writes;
     for (std::size_t a = 0; a < which.size(); ++a) {
       const std::size_t parent = views_[which[a]].parent;
@@ -827,6 +869,13 @@ int main(int argc, char** argv) {
   if (leaked != 0) {
     std::fprintf(stderr, "memlayer-stress: %" PRIu64 " device blocks still allocated after every buffer was released\n",
                  leaked);
+    return 1;
+  }
+  std::printf("  refused for device memory: %" PRIu64 " commands too big for a device, %" PRIu64 " that fit\n",
+              s.too_big.load(), s.refused.load());
+  if (s.refused != 0) {
+    std::fprintf(stderr, "memlayer-stress: %" PRIu64 " commands whose buffers fit a device were refused; the first: %s\n",
+                 s.refused.load(), s.first_refusal.c_str());
     return 1;
   }
   if (s.mismatches != 0 || s.checked_reads == 0) return 1;

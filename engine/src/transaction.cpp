@@ -327,6 +327,14 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
                        "-byte buffer until queued commands finish with the storage evicted for it, or its bytes "
                        "are written back");
     }
+    if (full && contended_) {
+      // Buffers it may evict were locked by other enqueues in progress,
+      // which let go of them within microseconds: room may be there then.
+      // Nothing to wait for (waits() empty): try again at once.
+      return error(EnqueueError::Code::device_busy,
+                   host_.location_name(loc) + ": no room for a " + std::to_string(b.size()) +
+                       "-byte buffer while other enqueues hold the buffers it could evict");
+    }
     release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
       return error(loc == kHost ? EnqueueError::Code::host_out_of_memory : EnqueueError::Code::device_full,
@@ -383,7 +391,10 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b)) continue;
     Lock lock(b->mutex_, std::try_to_lock);
-    if (!lock) continue;
+    if (!lock) {
+      contended_ = true;
+      continue;
+    }
     const std::optional<VictimRank> r = rank_victim(*b, loc);
     if (!r || (clean_only && (r->write_back != migration::RangeVersions::WriteBack::none || r->loses_undo))) continue;
     if (victim != nullptr && !r->better_than(best)) continue;
@@ -474,7 +485,10 @@ bool Transaction::collect_candidates(Location loc) {
   for (Buffer* b : engine_.registry_) {
     if (uses_buffer(b)) continue;
     std::unique_lock lock(b->mutex_, std::try_to_lock);
-    if (!lock) continue;
+    if (!lock) {
+      contended_ = true;
+      continue;
+    }
     const std::optional<VictimRank> r = rank_victim(*b, loc);
     if (!r || r->loses_undo || r->write_back == WriteBack::waiting) continue;
     s_.candidates.push_back(b);

@@ -163,6 +163,9 @@ class Transaction {
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
   bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
+  // Eviction passed over a buffer another thread's enqueue held locked
+  // (it only try-locks): a full location is then device_busy, not full.
+  bool contended_ = false;
 };
 
 }  // namespace memlayer::engine

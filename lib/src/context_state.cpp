@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "memlayer/engine/room_wait.hpp"
 #include "scheduler.hpp"
 
 namespace memlayer::runtime::detail {
@@ -123,14 +124,6 @@ ContextState::~ContextState() {
   for (auto& device : devices) device->stop();
 }
 
-// A full device makes room by evicting; a buffer with bytes valid nowhere
-// else is evicted only once they are written back (engine.hpp), so the
-// enqueue waits for those write-backs (device_busy) and tries again, at
-// most kRoomTries times: a write-back that keeps failing (its bytes stay
-// where they are) or waits too long (ContextOptions::room_wait) fails the
-// enqueue instead.
-constexpr int kRoomTries = 8;
-
 // Room, beyond the wait list and queue order, for the engine's waits: one
 // per use (its last writer or copy) and a few more (fences, readers). A
 // longer list is made room for after the commit (add_engine_waits).
@@ -154,24 +147,27 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   // Queue order adds one more (in-order) or a few: try_enqueue() sees.
   reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps + 1);
   for (const Event& e : wait) add_dep(*node, e.state(), true);
-  const auto deadline = std::chrono::steady_clock::now() + room_wait;
-  for (int attempt = 1;; ++attempt) {
-    if (auto done = try_enqueue(queue, spec, node, attempt == kRoomTries)) return std::move(*done);
+  // A full device makes room by evicting; storage still in use, or a
+  // buffer whose bytes valid nowhere else are being written back, is room
+  // only once that work has finished (device_busy): wait as
+  // engine/room_wait.hpp says, and try again.
+  engine::RoomWait room(engine.host(), room_wait);
+  std::string busy;
+  for (;;) {
+    if (auto done = try_enqueue(queue, spec, node, busy)) return std::move(*done);
     engine::Submission& sub = t_scratch.submission;
-    bool came = true;
-    for (engine::Event e : sub.waits()) came = came && static_cast<EventState*>(e)->wait_until(deadline);
+    const bool again = room.wait(sub.waits());
     sub.clear();
-    if (!came) {
+    if (!again) {
       return Status::error(cl::kMemObjectAllocationFailure,
-                           location_name(spec.at) + ": no room for the command's buffers: the write-backs of the "
-                           "buffers evicted for them did not finish within " + std::to_string(room_wait.count()) +
-                           " ms (their queued commands may wait for this thread)");
+                           busy + " (waited " + std::to_string(room_wait.count()) +
+                               " ms for room: the queued commands holding it may wait for this thread)");
     }
   }
 }
 
 std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const CommandSpec& spec,
-                                                       const std::shared_ptr<CommandNode>& node, bool last_try) {
+                                                       const std::shared_ptr<CommandNode>& node, std::string& busy) {
   Scratch& sc = t_scratch;
   bool wired = true;
   {
@@ -183,7 +179,10 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
       sc.uses.clear();
       for (const BufferUse& u : spec.uses) sc.uses.push_back({&u.parent->tracked, u.use});
       if (auto failed = engine.enqueue(sc.uses, spec.at, node->event.get(), sc.submission)) {
-        if (failed->code == engine::EnqueueError::Code::device_busy && !last_try) return std::nullopt;
+        if (failed->code == engine::EnqueueError::Code::device_busy) {
+          busy = std::move(failed->message);
+          return std::nullopt;
+        }
         sc.submission.clear();
         return Result<Event>(to_status(*failed));
       }

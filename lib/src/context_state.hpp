@@ -88,9 +88,10 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
  private:
   Result<Event> enqueue_or_throw(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
   // One try of enqueue(): nullopt when the device had no room yet
-  // (engine device_busy), with what to wait for in `sc`'s submission.
+  // (engine device_busy, its message in `busy`), with what to wait for in
+  // the thread's submission.
   std::optional<Result<Event>> try_enqueue(QueueState& queue, const CommandSpec& spec,
-                                           const std::shared_ptr<CommandNode>& node, bool last_try);
+                                           const std::shared_ptr<CommandNode>& node, std::string& busy);
 };
 
 }  // namespace memlayer::runtime::detail

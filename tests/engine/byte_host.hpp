@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "memlayer/bufalloc/region.hpp"
@@ -192,6 +193,7 @@ class ByteHost final : public Host {
   }
 
   CopyHandle create_copy(const CopyRequest& r) override {
+    if (on_create_copy) std::exchange(on_create_copy, nullptr)();
     if (refuse_copy_after == 0) {
       refuse_copy_after = -1;
       return {};
@@ -322,6 +324,9 @@ class ByteHost final : public Host {
   /// allocation names those events as room_after.
   bool defer_frees = false;
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
+  /// Runs once, at the next create_copy(): while the enqueue that makes the
+  /// copy holds its buffers' locks.
+  std::function<void()> on_create_copy;
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
   mutable long status_calls = 0;

@@ -27,6 +27,7 @@ extern "C" {
 #include <vector>
 
 #include "memlayer/engine/engine.hpp"
+#include "memlayer/engine/room_wait.hpp"
 #include "pocl_core_compat.hpp"
 #include "pocl_memlayer_retries.hpp"
 
@@ -217,6 +218,25 @@ class PoclHost final : public memlayer::engine::Host {
   std::vector<DeferredFree> deferred_;
 };
 
+// ---- waiting for room -----------------------------------------------------------
+
+// How long an enqueue waits for queued work to give back the device storage
+// it needs (POCL_MEMLAYER_ROOM_WAIT_MS, default 60 s; engine/room_wait.hpp
+// says how it waits). Read once per context, when it is made.
+std::chrono::milliseconds room_wait_limit() {
+  constexpr long kDefault = 60000;
+  const char* v = std::getenv("POCL_MEMLAYER_ROOM_WAIT_MS");
+  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(kDefault);
+  char* end = nullptr;
+  const long ms = std::strtol(v, &end, 10);
+  if (*end != '\0' || ms < 0) {
+    std::fprintf(stderr, "pocl: POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not '%s'; using %ld\n",
+                 v, kDefault);
+    return std::chrono::milliseconds(kDefault);
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 struct ContextState {
   explicit ContextState(cl_context c) : ctx(c) {}
   cl_context ctx;
@@ -226,6 +246,7 @@ struct ContextState {
   PoclHost host{*this};
   memlayer::engine::Engine engine{host};
   memlayer::pocl_core::MigrationRetries retries;
+  const std::chrono::milliseconds room_wait = room_wait_limit();
   // A device of this context moves whole buffers whatever range its
   // migration commands name (it lacks honours_migration_ranges): every use
   // is then planned over its whole buffer (whole_use()), so every copy the
@@ -653,67 +674,6 @@ BufferState* buffer_state(ContextState& cs, cl_mem mem) {
   return s;
 }
 
-// ---- waiting for room -----------------------------------------------------------
-
-// How long an enqueue waits for queued work to give back the device storage
-// it needs (POCL_MEMLAYER_ROOM_WAIT_MS, default 60 s). Read at each wait:
-// only an enqueue that must wait pays for it.
-std::chrono::milliseconds room_wait_limit() {
-  constexpr long kDefault = 60000;
-  const char* v = std::getenv("POCL_MEMLAYER_ROOM_WAIT_MS");
-  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(kDefault);
-  char* end = nullptr;
-  const long ms = std::strtol(v, &end, 10);
-  if (*end != '\0' || ms < 0) {
-    std::fprintf(stderr, "pocl: POCL_MEMLAYER_ROOM_WAIT_MS must be a number of milliseconds, not '%s'; using %ld\n",
-                 v, kDefault);
-    return std::chrono::milliseconds(kDefault);
-  }
-  return std::chrono::milliseconds(ms);
-}
-
-// Waits, holding no lock, until one of `events` has finished (true: the
-// room it held may have come, so try again) or `deadline` has passed
-// (false); none named: true at once. Not for all of them: a device's
-// deferred frees are named together, and some may be held by commands
-// gated on a user event that the application sets only after this
-// enqueue returns, while the others' room is enough (waiting for all
-// failed every run of issue 33's oversubscribed workload, with the gate
-// closed during a few enqueues: pocl_oversubscribed_test). A try that
-// finds too little room names what is left. They are commands already
-// enqueued, so they finish by themselves unless every one waits, directly
-// or not, for such a user event: the limit turns that deadlock into an
-// allocation failure. The deadline is checked first, so tries that keep
-// finding one more event finished end with it too. PoCL offers no timed
-// wait, so this polls, backing off to 1 ms.
-bool wait_for_room(std::span<const Event> events, std::chrono::steady_clock::time_point deadline) {
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (events.empty() || std::any_of(events.begin(), events.end(), [](Event e) { return finished(event_of(e)); }))
-      return true;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-}
-
-// The room wait of one enqueue, over all its tries: it starts at the first
-// wait. A write-back that failed is made again at the next try
-// (engine.hpp: device_busy), so a limit per try would never end the tries
-// of a device whose transfers keep failing.
-class RoomWait {
- public:
-  std::chrono::steady_clock::time_point deadline() {
-    if (!started_) deadline_ = std::chrono::steady_clock::now() + room_wait_limit();
-    started_ = true;
-    return deadline_;
-  }
-
- private:
-  bool started_ = false;
-  std::chrono::steady_clock::time_point deadline_{};
-};
-
 // ---- one command ------------------------------------------------------------
 
 // Per-thread scratch: once warm, an enqueue allocates nothing here.
@@ -779,10 +739,10 @@ cl_int error_code(const memlayer::engine::EnqueueError& e) {
 // After a failed enqueue or placement: true when it only had to wait for
 // room (device_busy) and some of that room came within `wait`, so it
 // should be tried again; else the failure is reported and `err` is its OpenCL error.
-bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub, RoomWait& wait,
-               cl_int& err) {
-  const bool again = failed.code == memlayer::engine::EnqueueError::Code::device_busy &&
-                     wait_for_room(sub.waits(), wait.deadline());
+bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub,
+               memlayer::engine::RoomWait& wait, cl_int& err) {
+  const bool again =
+      failed.code == memlayer::engine::EnqueueError::Code::device_busy && wait.wait(sub.waits());
   sub.clear();
   if (again) return true;
   POCL_MSG_ERR("memlayer migration: %s\n", failed.message.c_str());
@@ -830,7 +790,7 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
     return CL_OUT_OF_HOST_MEMORY;
   }
   cl_event final_event = nullptr;
-  RoomWait room;
+  memlayer::engine::RoomWait room(cs.engine.host(), cs.room_wait);
   for (;;) {
     cl_int err = compat::create_command(cmd, queue, type, event_p, sc.mems);
     if (err != CL_SUCCESS) return err;
@@ -893,7 +853,7 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   Scratch& sc = scratch();
-  RoomWait room;
+  memlayer::engine::RoomWait room(cs->engine.host(), cs->room_wait);
   for (;;) {
     auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
     if (!failed) return CL_SUCCESS;
@@ -1038,7 +998,7 @@ int pocl_ml_migration_retry(_cl_command_node* node) {
   using Retry = memlayer::pocl_core::MigrationRetries::Retry;
   auto* cs = static_cast<ContextState*>(node->sync.event.event->context->memlayer_state);
   if (cs == nullptr) return 0;
-  switch (cs->retries.next(node, room_wait_limit())) {
+  switch (cs->retries.next(node, cs->room_wait)) {
     case Retry::resourced: g_counters.resourced.fetch_add(1, std::memory_order_relaxed); return 1;
     case Retry::again: g_counters.last_copy_retries.fetch_add(1, std::memory_order_relaxed); return 1;
     case Retry::give_up: break;

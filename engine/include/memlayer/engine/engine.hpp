@@ -185,9 +185,12 @@ struct EnqueueError {
     device_full,         ///< the command's buffers cannot all be placed, even after evicting
     /// The location is full of storage that is freed once queued work
     /// finishes (Allocation::room_after), or evicted once its write-backs
-    /// have completed: Submission::waits() lists that work. Wait for it
+    /// have completed: Submission::waits() lists that work. Or the buffers
+    /// eviction could take were locked by other threads' enqueues at that
+    /// instant (eviction never waits for a lock): waits() is empty. Wait
     /// with no enqueue of this thread in progress, then enqueue again (a
-    /// write-back that failed is made again then: bound the tries).
+    /// write-back that failed is made again then: bound the wait), as
+    /// engine/room_wait.hpp does.
     device_busy,
     host_out_of_memory,  ///< no host memory for the engine's records or a host copy (std::bad_alloc)
     /// The host refused an allocation (Allocation::error), or a host call or
