@@ -32,12 +32,14 @@ Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_conte
 }
 
 Buffer::~Buffer() {
-  {
-    std::lock_guard lock(engine_.registry_mutex_);
-    engine_.registry_.erase(registered_);
-  }
   // An eviction picks its victim under the registry lock and holds the
-  // victim's lock past it: wait for it to finish with this buffer.
+  // victim's lock past it: wait for it to finish with this buffer. The
+  // storage goes back first, the buffer leaves the registry after, both
+  // under its lock: an eviction never finds the storage held by no buffer
+  // it can see (it would take the location for full, nothing to evict,
+  // and fail a command that fits), only a buffer it cannot lock (busy:
+  // Transaction::place). Holding it while taking the registry lock keeps
+  // the lock order: whoever holds the registry only try-locks buffers.
   std::lock_guard lock(mutex_);
   std::vector<Event> after;
   for (std::size_t loc = 0; loc < storage_.size(); ++loc) {
@@ -48,6 +50,8 @@ Buffer::~Buffer() {
     engine_.host().free(static_cast<Location>(loc), cookie_, s.handle, size_, after);
     drop_storage_events(s);
   }
+  std::lock_guard registry(engine_.registry_mutex_);
+  engine_.registry_.erase(registered_);
 }
 
 void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }

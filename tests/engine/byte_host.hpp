@@ -173,6 +173,7 @@ class ByteHost final : public Host {
   void free(Location at, void*, StorageHandle storage, std::uint64_t size,
             std::span<const Event> after) noexcept override {
     if (at == kHost) return;
+    if (on_free) std::exchange(on_free, nullptr)();
     Task& fence = new_task();
     fence.kind = Task::Kind::fence;
     for (Event e : after) {
@@ -327,6 +328,8 @@ class ByteHost final : public Host {
   /// Runs once, at the next create_copy(): while the enqueue that makes the
   /// copy holds its buffers' locks.
   std::function<void()> on_create_copy;
+  /// Runs once, at the next free() of device storage, before it is freed.
+  std::function<void()> on_free;
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
   mutable long status_calls = 0;

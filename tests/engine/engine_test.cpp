@@ -592,6 +592,39 @@ TEST_F(EngineTest, AVictimAnotherEnqueueHoldsMakesTheLocationBusyNotFull) {
   EXPECT_TRUE(x.valid_at(2, 0, 4096));
 }
 
+// A buffer being destroyed gives its storage back before it leaves the
+// engine's registry, under its own lock: an eviction meanwhile finds it
+// locked (busy), never the storage held by no buffer it can see (full:
+// the runtime's stress at 8x refused a command that fit so, with a buffer
+// released by another thread).
+TEST_F(EngineTest, ABufferBeingDestroyedMakesTheLocationBusyNotFull) {
+  Buffer& d = make(4096, true);
+  Buffer& y = make(4096, true);
+  ASSERT_NE(enqueue({{&d, {0, 4096, Access::read}}}, 1), nullptr);
+  ASSERT_NE(enqueue({{&y, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  Buffer& z = make(4096, false);
+  const std::vector<BufferUse> other = {{&y, {0, 4096, Access::read}}, {&z, {0, 4096, Access::overwrite}}};
+  Submission other_sub;
+  std::optional<EnqueueError> while_freeing;
+  host_.on_free = [&] {
+    std::thread([&] { while_freeing = engine_->enqueue(other, 1, &host_.command(nullptr), other_sub); }).join();
+  };
+  auto it = std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &d; });
+  it->reset();  // D is destroyed: its storage goes back
+  ASSERT_TRUE(while_freeing.has_value()) << "it could not have placed Z";
+  EXPECT_EQ(while_freeing->code, EnqueueError::Code::device_busy) << while_freeing->message;
+  EXPECT_TRUE(other_sub.waits().empty());
+  Task& retry = host_.command(nullptr);
+  const auto failed = engine_->enqueue(other, 1, &retry, other_sub);
+  ASSERT_FALSE(failed) << failed->message;
+  host_.start(retry, other_sub.waits());
+  other_sub.clear();
+  host_.run_all();
+  EXPECT_EQ(engine_->stats().evictions, 0u) << "D's storage made the room";
+  EXPECT_TRUE(z.has_storage(1));
+}
+
 // How a host waits for room after device_busy (room_wait.hpp): for any
 // one named event, not all; not at all with none named; and for at most
 // the limit over all tries.
