@@ -5,11 +5,11 @@
 
 namespace memlayer::engine {
 
-bool RoomWait::wait(std::span<const Event> events) noexcept {
+bool RoomWait::wait(std::span<const Event> events, std::chrono::milliseconds limit) noexcept {
   const auto now = std::chrono::steady_clock::now();
   if (!started_) {
     started_ = true;
-    deadline_ = now + limit_;
+    deadline_ = now + limit;
   }
   if (now >= deadline_) return false;
   if (events.empty()) {

@@ -151,12 +151,12 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   // buffer whose bytes valid nowhere else are being written back, is room
   // only once that work has finished (device_busy): wait as
   // engine/room_wait.hpp says, and try again.
-  engine::RoomWait room(engine.host(), room_wait);
+  engine::RoomWait room(engine.host());
   std::string busy;
   for (;;) {
     if (auto done = try_enqueue(queue, spec, node, busy)) return std::move(*done);
     engine::Submission& sub = t_scratch.submission;
-    const bool again = room.wait(sub.waits());
+    const bool again = room.wait(sub.waits(), room_wait);
     sub.clear();
     if (!again) {
       return Status::error(cl::kMemObjectAllocationFailure,

@@ -634,18 +634,19 @@ TEST_F(EngineTest, ARoomWaitEndsAtTheFirstFinishedEventAndAtItsLimit) {
   host_.start(done, {});
   host_.run_all();
   ASSERT_TRUE(done.done);
-  RoomWait room(host_, std::chrono::milliseconds(100));
+  RoomWait room(host_);
+  const auto limit = std::chrono::milliseconds(100);
   const std::vector<Event> both = {&gated, &done};
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(room.wait(both)) << "one of them has finished";
-  EXPECT_TRUE(room.wait({})) << "none named: try again";
+  EXPECT_TRUE(room.wait(both, limit)) << "one of them has finished";
+  EXPECT_TRUE(room.wait({}, limit)) << "none named: try again";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
   const std::vector<Event> only_gated = {&gated};
-  EXPECT_FALSE(room.wait(only_gated));
+  EXPECT_FALSE(room.wait(only_gated, limit));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
   t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(room.wait(both)) << "the limit counts from the first wait, over every try";
-  EXPECT_FALSE(room.wait({}));
+  EXPECT_FALSE(room.wait(both, std::chrono::hours(1))) << "the first wait's limit, over every try";
+  EXPECT_FALSE(room.wait({}, limit));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
 }
 

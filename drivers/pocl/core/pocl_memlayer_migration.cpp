@@ -222,7 +222,8 @@ class PoclHost final : public memlayer::engine::Host {
 
 // How long an enqueue waits for queued work to give back the device storage
 // it needs (POCL_MEMLAYER_ROOM_WAIT_MS, default 60 s; engine/room_wait.hpp
-// says how it waits). Read once per context, when it is made.
+// says how it waits). Read at each wait: only an enqueue that must wait
+// pays for it.
 std::chrono::milliseconds room_wait_limit() {
   constexpr long kDefault = 60000;
   const char* v = std::getenv("POCL_MEMLAYER_ROOM_WAIT_MS");
@@ -246,7 +247,6 @@ struct ContextState {
   PoclHost host{*this};
   memlayer::engine::Engine engine{host};
   memlayer::pocl_core::MigrationRetries retries;
-  const std::chrono::milliseconds room_wait = room_wait_limit();
   // A device of this context moves whole buffers whatever range its
   // migration commands name (it lacks honours_migration_ranges): every use
   // is then planned over its whole buffer (whole_use()), so every copy the
@@ -742,7 +742,7 @@ cl_int error_code(const memlayer::engine::EnqueueError& e) {
 bool try_again(const memlayer::engine::EnqueueError& failed, memlayer::engine::Submission& sub,
                memlayer::engine::RoomWait& wait, cl_int& err) {
   const bool again =
-      failed.code == memlayer::engine::EnqueueError::Code::device_busy && wait.wait(sub.waits());
+      failed.code == memlayer::engine::EnqueueError::Code::device_busy && wait.wait(sub.waits(), room_wait_limit());
   sub.clear();
   if (again) return true;
   POCL_MSG_ERR("memlayer migration: %s\n", failed.message.c_str());
@@ -790,7 +790,7 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
     return CL_OUT_OF_HOST_MEMORY;
   }
   cl_event final_event = nullptr;
-  memlayer::engine::RoomWait room(cs.engine.host(), cs.room_wait);
+  memlayer::engine::RoomWait room(cs.engine.host());
   for (;;) {
     cl_int err = compat::create_command(cmd, queue, type, event_p, sc.mems);
     if (err != CL_SUCCESS) return err;
@@ -853,7 +853,7 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   Scratch& sc = scratch();
-  memlayer::engine::RoomWait room(cs->engine.host(), cs->room_wait);
+  memlayer::engine::RoomWait room(cs->engine.host());
   for (;;) {
     auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
     if (!failed) return CL_SUCCESS;
@@ -998,7 +998,7 @@ int pocl_ml_migration_retry(_cl_command_node* node) {
   using Retry = memlayer::pocl_core::MigrationRetries::Retry;
   auto* cs = static_cast<ContextState*>(node->sync.event.event->context->memlayer_state);
   if (cs == nullptr) return 0;
-  switch (cs->retries.next(node, cs->room_wait)) {
+  switch (cs->retries.next(node, room_wait_limit())) {
     case Retry::resourced: g_counters.resourced.fetch_add(1, std::memory_order_relaxed); return 1;
     case Retry::again: g_counters.last_copy_retries.fetch_add(1, std::memory_order_relaxed); return 1;
     case Retry::give_up: break;

@@ -39,26 +39,24 @@ namespace memlayer::engine {
 /// per enqueue, on the enqueuing thread.
 class RoomWait {
  public:
-  /// `host` must outlive it. The limit starts at the first wait().
-  RoomWait(const Host& host, std::chrono::milliseconds limit) noexcept : host_(host), limit_(limit) {}
+  /// `host` must outlive it.
+  explicit RoomWait(const Host& host) noexcept : host_(host) {}
 
   /// Waits, holding no lock of the engine's (call it between enqueues,
   /// after the failed one released everything), until one of `events` has
   /// finished (Host::finished) — at once, after a yield, when there is
   /// none — and returns true: enqueue again. False once `limit` has passed
-  /// since the first wait: report the failure. The limit is checked before
+  /// since the first wait: report the failure. `limit` is read at the
+  /// first wait only (a host may read it from its configuration then:
+  /// only an enqueue that must wait pays for that). The limit is checked before
   /// the events, so tries that keep finding one more event finished end
   /// too. Hosts offer no timed wait for any of several events, so this
   /// polls Host::status, backing off from 20 µs to 1 ms: only an enqueue
   /// that found its device full pays for it. Never throws.
-  bool wait(std::span<const Event> events) noexcept;
-
-  /// The limit it was made with, for messages.
-  [[nodiscard]] std::chrono::milliseconds limit() const noexcept { return limit_; }
+  bool wait(std::span<const Event> events, std::chrono::milliseconds limit) noexcept;
 
  private:
   const Host& host_;
-  std::chrono::milliseconds limit_;
   bool started_ = false;
   std::chrono::steady_clock::time_point deadline_{};
 };
