@@ -327,13 +327,12 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
                        "-byte buffer until queued commands finish with the storage evicted for it, or its bytes "
                        "are written back");
     }
-    if (full && contended_) {
-      // Buffers it may evict were locked by other enqueues in progress,
-      // which let go of them within microseconds: room may be there then.
-      // Nothing to wait for (waits() empty): try again at once.
+    if (full && transient_) {
+      // Room may be there at the next try (transient_): nothing to wait
+      // for (waits() empty), try again at once.
       return error(EnqueueError::Code::device_busy,
                    host_.location_name(loc) + ": no room for a " + std::to_string(b.size()) +
-                       "-byte buffer while other enqueues hold the buffers it could evict");
+                       "-byte buffer while other threads hold the buffers it could evict");
     }
     release_all(a.room_after);
     if (a.outcome == Allocation::Outcome::full) {
@@ -392,7 +391,7 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
     if (uses_buffer(b)) continue;
     Lock lock(b->mutex_, std::try_to_lock);
     if (!lock) {
-      contended_ = true;
+      transient_ = true;
       continue;
     }
     const std::optional<VictimRank> r = rank_victim(*b, loc);
@@ -432,7 +431,9 @@ std::optional<Transaction::VictimRank> Transaction::rank_victim(Buffer& b, Locat
 Transaction::Evicted Transaction::evict_one(Location loc, bool clean_only) {
   Buffer* victim = pick_victim(loc, clean_only);
   if (victim == nullptr) return Evicted::nothing;
-  return evict_adopted(*victim, loc);
+  const Evicted e = evict_adopted(*victim, loc);
+  if (e == Evicted::nothing) transient_ = true;  // its write-back was refused
+  return e;
 }
 
 // Evicts the buffers whose storage, with the free space around it, makes
@@ -467,7 +468,10 @@ Transaction::Evicted Transaction::evict_for_hole(Location loc, std::uint64_t siz
   for (std::size_t i : s_.victims) {
     s_.candidate_locks[i].release();  // evict_adopted() adopts it
     const Evicted e = evict_adopted(*s_.candidates[i], loc);
-    if (e == Evicted::nothing) break;  // no hole after all: the rest stay (`unlock` lets them go)
+    if (e == Evicted::nothing) {  // its write-back was refused: no hole after all (`unlock` lets the rest go)
+      transient_ = true;
+      break;
+    }
     if (result != Evicted::writing_back) result = e;
   }
   return result;
@@ -486,7 +490,7 @@ bool Transaction::collect_candidates(Location loc) {
     if (uses_buffer(b)) continue;
     std::unique_lock lock(b->mutex_, std::try_to_lock);
     if (!lock) {
-      contended_ = true;
+      transient_ = true;
       continue;
     }
     const std::optional<VictimRank> r = rank_victim(*b, loc);

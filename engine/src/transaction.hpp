@@ -163,9 +163,15 @@ class Transaction {
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
   bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
-  // Eviction passed over a buffer another thread's enqueue held locked
-  // (it only try-locks): a full location is then device_busy, not full.
-  bool contended_ = false;
+  // Eviction passed over a buffer it may take at the next try: one another
+  // thread held locked (eviction only try-locks: an enqueue, or a buffer
+  // being destroyed, which gives its storage back before it unlocks:
+  // Buffer::~Buffer), or one whose write-back the host refused
+  // (Host::create_copy: memlayer's runtime refuses it for a buffer being
+  // destroyed, whose storage goes back once this enqueue lets go of it;
+  // out of host memory, the room wait's limit ends the tries). A full
+  // location is then device_busy, not device_full: the command may fit.
+  bool transient_ = false;
 };
 
 }  // namespace memlayer::engine

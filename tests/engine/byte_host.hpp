@@ -195,6 +195,10 @@ class ByteHost final : public Host {
 
   CopyHandle create_copy(const CopyRequest& r) override {
     if (on_create_copy) std::exchange(on_create_copy, nullptr)();
+    if (refuse_copies > 0) {
+      --refuse_copies;
+      return {};
+    }
     if (refuse_copy_after == 0) {
       refuse_copy_after = -1;
       return {};
@@ -325,6 +329,7 @@ class ByteHost final : public Host {
   /// allocation names those events as room_after.
   bool defer_frees = false;
   int refuse_copy_after = -1;  // >= 0: make that many copies, then refuse one
+  int refuse_copies = 0;       // refuse the next this many
   /// Runs once, at the next create_copy(): while the enqueue that makes the
   /// copy holds its buffers' locks.
   std::function<void()> on_create_copy;
