@@ -85,7 +85,8 @@ const char* kUsage = R"(usage: memlayer-stress [options]
   --no-peer        no direct device-to-device links (everything via the host)
   --in-order       in-order queues only
   --quiet          no progress bar
-Exit: 0 all checks passed, 1 mismatch or failed check, 2 bad arguments, 3 hang.)";
+Exit: 0 all checks passed, 1 mismatch, failed check or refused command that fit,
+2 bad arguments, 3 hang.)";
 
 bool parse_u64(const char* s, std::uint64_t& out) {
   char* end = nullptr;
