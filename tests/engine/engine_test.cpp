@@ -62,6 +62,43 @@ class EngineTest : public ::testing::Test {
     sub_.clear();
   }
 
+  // Device 1 (8 KiB) filled by two 4 KiB buffers, both also on the host,
+  // and a command on the second and a new 4 KiB buffer there: only the
+  // first can make room for it.
+  struct TwoResident {
+    Buffer& first;
+    Buffer& second;
+    Buffer& fresh;
+    std::vector<BufferUse> command;
+  };
+  TwoResident fill_with_two() {
+    Buffer& first = make(4096, true);
+    Buffer& second = make(4096, true);
+    EXPECT_NE(enqueue({{&first, {0, 4096, Access::read}}}, 1), nullptr);
+    EXPECT_NE(enqueue({{&second, {0, 4096, Access::read}}}, 1), nullptr);
+    host_.run_all();
+    Buffer& fresh = make(4096, false);
+    return {first, second, fresh, {{&second, {0, 4096, Access::read}}, {&fresh, {0, 4096, Access::overwrite}}}};
+  }
+
+  // Enqueues `uses` at device 1 from another thread, now (while this one
+  // is inside a host call, holding what the engine holds there).
+  std::optional<EnqueueError> enqueue_from_another_thread(const std::vector<BufferUse>& uses, Submission& sub) {
+    std::optional<EnqueueError> failed;
+    std::thread([&] { failed = engine_->enqueue(uses, 1, &host_.command(nullptr), sub); }).join();
+    return failed;
+  }
+
+  // Enqueues `uses` at device 1 with `sub`, which must succeed, and runs everything.
+  void enqueue_and_run(const std::vector<BufferUse>& uses, Submission& sub) {
+    Task& cmd = host_.command(nullptr);
+    const auto failed = engine_->enqueue(uses, 1, &cmd, sub);
+    ASSERT_FALSE(failed) << failed->message;
+    host_.start(cmd, sub.waits());
+    sub.clear();
+    host_.run_all();
+  }
+
   ByteHost host_;
   std::unique_ptr<Engine> engine_ = std::make_unique<Engine>(host_);
   Submission sub_;
@@ -558,37 +595,24 @@ TEST_F(EngineTest, BuffersACommandUsesAreNeverEvictedForIt) {
 // lets go (issue 33: the runtime's stress at 8x refused hundreds of
 // commands so, "nothing more can be evicted" with the victims locked).
 TEST_F(EngineTest, AVictimAnotherEnqueueHoldsMakesTheLocationBusyNotFull) {
-  Buffer& x = make(4096, true);
-  Buffer& y = make(4096, true);
-  ASSERT_NE(enqueue({{&x, {0, 4096, Access::read}}}, 1), nullptr);
-  ASSERT_NE(enqueue({{&y, {0, 4096, Access::read}}}, 1), nullptr);
-  host_.run_all();  // device 1 (8 KiB) holds X and Y, both also on the host
-  Buffer& z = make(4096, false);
-  const std::vector<BufferUse> other = {{&y, {0, 4096, Access::read}}, {&z, {0, 4096, Access::overwrite}}};
+  TwoResident d1 = fill_with_two();
+  Buffer& x = d1.first;
   Submission other_sub;
   std::optional<EnqueueError> while_held;
   // X's read on device 2 makes a copy while it holds X's lock: then
-  // another thread enqueues a command on Y and a new Z on device 1, where
-  // only X could make room.
-  host_.on_create_copy = [&] {
-    std::thread([&] { while_held = engine_->enqueue(other, 1, &host_.command(nullptr), other_sub); }).join();
-  };
+  // another thread enqueues its command on device 1, where only X could
+  // make room.
+  host_.on_create_copy = [&] { while_held = enqueue_from_another_thread(d1.command, other_sub); };
   ASSERT_NE(enqueue({{&x, {0, 4096, Access::read}}}, 2), nullptr);
-  ASSERT_TRUE(while_held.has_value()) << "it could not have placed Z";
+  ASSERT_TRUE(while_held.has_value()) << "it could not have placed the new buffer";
   EXPECT_EQ(while_held->code, EnqueueError::Code::device_busy) << while_held->message;
   EXPECT_NE(while_held->message.find("other threads"), std::string::npos) << while_held->message;
   EXPECT_TRUE(other_sub.waits().empty()) << "nothing to wait for but the lock";
   EXPECT_EQ(engine_->stats().evictions, 0u);
-  // Tried again, X goes.
-  Task& retry = host_.command(nullptr);
-  const auto failed = engine_->enqueue(other, 1, &retry, other_sub);
-  ASSERT_FALSE(failed) << failed->message;
-  host_.start(retry, other_sub.waits());
-  other_sub.clear();
-  host_.run_all();
+  ASSERT_NO_FATAL_FAILURE(enqueue_and_run(d1.command, other_sub));  // tried again, X goes
   EXPECT_FALSE(x.has_storage(1));
-  EXPECT_TRUE(y.has_storage(1));
-  EXPECT_TRUE(z.has_storage(1));
+  EXPECT_TRUE(d1.second.has_storage(1));
+  EXPECT_TRUE(d1.fresh.has_storage(1));
   EXPECT_TRUE(x.valid_at(2, 0, 4096));
 }
 
@@ -635,31 +659,18 @@ TEST_F(EngineTest, AVictimWhoseWriteBackIsRefusedMakesTheLocationBusyNotFull) {
 // the runtime's stress at 8x refused a command that fit so, with a buffer
 // released by another thread).
 TEST_F(EngineTest, ABufferBeingDestroyedMakesTheLocationBusyNotFull) {
-  Buffer& d = make(4096, true);
-  Buffer& y = make(4096, true);
-  ASSERT_NE(enqueue({{&d, {0, 4096, Access::read}}}, 1), nullptr);
-  ASSERT_NE(enqueue({{&y, {0, 4096, Access::read}}}, 1), nullptr);
-  host_.run_all();
-  Buffer& z = make(4096, false);
-  const std::vector<BufferUse> other = {{&y, {0, 4096, Access::read}}, {&z, {0, 4096, Access::overwrite}}};
+  TwoResident d1 = fill_with_two();
   Submission other_sub;
   std::optional<EnqueueError> while_freeing;
-  host_.on_free = [&] {
-    std::thread([&] { while_freeing = engine_->enqueue(other, 1, &host_.command(nullptr), other_sub); }).join();
-  };
-  auto it = std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &d; });
-  it->reset();  // D is destroyed: its storage goes back
-  ASSERT_TRUE(while_freeing.has_value()) << "it could not have placed Z";
+  host_.on_free = [&] { while_freeing = enqueue_from_another_thread(d1.command, other_sub); };
+  auto it = std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &d1.first; });
+  it->reset();  // the first is destroyed: its storage goes back
+  ASSERT_TRUE(while_freeing.has_value()) << "it could not have placed the new buffer";
   EXPECT_EQ(while_freeing->code, EnqueueError::Code::device_busy) << while_freeing->message;
   EXPECT_TRUE(other_sub.waits().empty());
-  Task& retry = host_.command(nullptr);
-  const auto failed = engine_->enqueue(other, 1, &retry, other_sub);
-  ASSERT_FALSE(failed) << failed->message;
-  host_.start(retry, other_sub.waits());
-  other_sub.clear();
-  host_.run_all();
-  EXPECT_EQ(engine_->stats().evictions, 0u) << "D's storage made the room";
-  EXPECT_TRUE(z.has_storage(1));
+  ASSERT_NO_FATAL_FAILURE(enqueue_and_run(d1.command, other_sub));
+  EXPECT_EQ(engine_->stats().evictions, 0u) << "the first one's storage made the room";
+  EXPECT_TRUE(d1.fresh.has_storage(1));
 }
 
 // How a host waits for room after device_busy (room_wait.hpp): for any
