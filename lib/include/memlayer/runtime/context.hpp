@@ -60,12 +60,14 @@ struct ContextOptions {
   /// behaviour, one native call per buffer: segment_size = granularity,
   /// cache_cap = 0.
   bufalloc::HeapOptions device_heap{};
-  /// How long one enqueue may wait in all for room on a full device: for the
-  /// write-backs of buffers being evicted (doc/runtime.md, memory pressure),
-  /// which wait for those buffers' queued commands. Those may wait for
-  /// something this thread does only after the enqueue returns (a user
-  /// event it sets): the limit turns that deadlock into an allocation
-  /// failure (kMemObjectAllocationFailure).
+  /// How long one enqueue may wait in all, over all its tries, for room on
+  /// a full device (doc/runtime.md, memory pressure): for the work that
+  /// holds the room (the write-backs of buffers being evicted, which wait
+  /// for those buffers' queued commands), trying again as soon as any one
+  /// of it has finished (memlayer/engine/room_wait.hpp). Those may wait for something this
+  /// thread does only after the enqueue returns (a user event it sets):
+  /// the limit turns that deadlock into an allocation failure
+  /// (kMemObjectAllocationFailure).
   std::chrono::milliseconds room_wait{60000};
 };
 
