@@ -653,6 +653,46 @@ TEST_F(EngineTest, AVictimWhoseWriteBackIsRefusedMakesTheLocationBusyNotFull) {
   EXPECT_TRUE(a.valid_at(kHost, 0, 4096) || b.valid_at(kHost, 0, 4096)) << "written back";
 }
 
+// Bytes a host reader is still importing when the device holding their
+// only copy must make room: the eviction waits for the import (device_busy,
+// waiting for it) instead of writing the same bytes back, which would write
+// the host copy while that reader may be reading it (the runtime's stress
+// at 8x raced so under ThreadSanitizer). Once the imports have run, a
+// buffer goes with nothing written back.
+TEST_F(EngineTest, AnEvictionWaitsForAnImportToTheHostInsteadOfWritingTheBytesBack) {
+  host_.answers_holes = false;  // the rank order
+  Buffer& a = make(4096, false);
+  Buffer& b = make(4096, false);
+  write(a, 0xA1);  // both only on device 1, which they fill
+  write(b, 0xB2);
+  host_.run_all();
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, kHost), nullptr);  // imports, not run yet
+  ASSERT_NE(enqueue({{&b, {0, 4096, Access::read}}}, kHost), nullptr);
+  sub_.clear();
+  const int imports = host_.copies_created;
+  Buffer& c = make(4096, false);
+  const std::vector<BufferUse> uses = {{&c, {0, 4096, Access::overwrite}}};
+  std::optional<EnqueueError> error;
+  int tries = 0;
+  while (enqueue(uses, 1, &error) == nullptr) {
+    ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+    ASSERT_LT(++tries, 3);
+    EXPECT_EQ(host_.copies_created, imports) << "no write-back beside the imports";
+    const std::vector<Event> waits(sub_.waits().begin(), sub_.waits().end());
+    ASSERT_FALSE(waits.empty()) << "busy until an import has run";
+    ASSERT_TRUE(host_.run_until_done(waits));
+    sub_.clear();
+  }
+  EXPECT_EQ(tries, 1);
+  host_.run_all();
+  EXPECT_EQ(engine_->stats().write_backs, 0u);
+  EXPECT_EQ(engine_->stats().bytes_written_back, 0u);
+  EXPECT_EQ(engine_->stats().evictions, 1u);
+  EXPECT_EQ(engine_->stats().bytes_lost, 0u);
+  EXPECT_EQ(cookies_[0]->host_copy, std::vector<std::uint8_t>(4096, 0xA1));
+  EXPECT_EQ(cookies_[1]->host_copy, std::vector<std::uint8_t>(4096, 0xB2));
+}
+
 // A buffer being destroyed gives its storage back before it leaves the
 // engine's registry, under its own lock: an eviction meanwhile finds it
 // locked (busy), never the storage held by no buffer it can see (full:

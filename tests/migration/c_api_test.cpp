@@ -207,3 +207,53 @@ TEST(MigrationCApi, AnEvictionWhosePlanWouldDropTheOnlyCopyIsRefused) {
   ml_plan_destroy(plan);
   ml_cost_model_destroy(cost);
 }
+
+// Bytes still being imported to the host when their device is evicted: the
+// plan names the import (ml_plan_imports) instead of writing them back, and
+// committing it as an eviction fails, naming why, with nothing changed.
+TEST(MigrationCApi, AnEvictionPlanNamesTheImportItWaitsFor) {
+  struct State {
+    std::map<ml_event, int> refs;
+    ml_event running = nullptr;
+  } state;
+  ml_event_ops ops{&state, [](void* c, ml_event e) { ++static_cast<State*>(c)->refs[e]; },
+                   [](void* c, ml_event e) { --static_cast<State*>(c)->refs[e]; },
+                   [](void* c, ml_event e) {
+                     return e == static_cast<State*>(c)->running ? int{ML_EVENT_RUNNING} : int{ML_EVENT_COMPLETE};
+                   }};
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
+  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
+  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  ml_use write{0, 4096, ML_ACCESS_OVERWRITE};
+  ASSERT_EQ(ml_versions_plan(v, &write, 1, 1, cost, plan), ML_OK);
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &write, 1, 1, reinterpret_cast<ml_event>(16)), ML_OK);
+  ml_use read{0, 4096, ML_ACCESS_READ};
+  ASSERT_EQ(ml_versions_plan(v, &read, 1, 0, cost, plan), ML_OK);
+  ASSERT_EQ(ml_plan_copy_count(plan), 1u);
+  ml_event import = reinterpret_cast<ml_event>(48);
+  state.running = import;
+  ASSERT_EQ(ml_versions_commit(v, plan, &import, 1, &read, 1, 0, reinterpret_cast<ml_event>(64)), ML_OK);
+
+  ASSERT_EQ(ml_versions_plan_evict(v, 1, cost, plan), ML_OK);
+  EXPECT_EQ(ml_plan_copy_count(plan), 0u);
+  ASSERT_EQ(ml_plan_import_count(plan), 1u);
+  EXPECT_EQ(ml_plan_imports(plan)[0], import);
+  EXPECT_EQ(ml_versions_commit_evict(v, plan, nullptr, 0, 1), ML_ERROR_INVALID_ARGUMENT);
+  const std::string why = ml_last_error_message();
+  EXPECT_NE(why.find("import(s) to the host copy"), std::string::npos) << why;
+  EXPECT_EQ(ml_versions_valid_at(v, 1, 0, 4096), 1) << "nothing changed";
+
+  state.running = nullptr;  // the import has ended: nothing to wait for or write back
+  ASSERT_EQ(ml_versions_plan_evict(v, 1, cost, plan), ML_OK);
+  EXPECT_EQ(ml_plan_import_count(plan), 0u);
+  EXPECT_EQ(ml_plan_copy_count(plan), 0u);
+  EXPECT_EQ(ml_versions_commit_evict(v, plan, nullptr, 0, 1), ML_OK);
+  EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 4096), 1);
+  ml_versions_destroy(v);
+  for (auto& [e, n] : state.refs) EXPECT_EQ(n, 0) << e;
+  ml_plan_destroy(plan);
+  ml_cost_model_destroy(cost);
+}

@@ -148,7 +148,9 @@ class RangeVersions {
   /// to the host first. `out.wait` lists what must finish before the storage
   /// at `at` may be freed or reused (its readers and whatever fills it).
   /// A span held elsewhere only by copies still in flight is written back
-  /// too: those copies may yet fail. Settles every span first (as plan(),
+  /// too (those copies may yet fail), unless one of them is making the
+  /// host's bytes: then `out.imports` lists it, and the eviction must wait
+  /// for it and plan again (Plan::imports). Settles every span first (as plan(),
   /// and as whole out of host memory); changes no version. Makes the room
   /// commit_write_back() and commit_evict() need, so that they allocate
   /// nothing; throws std::bad_alloc out of host memory. O(spans).
@@ -175,7 +177,8 @@ class RangeVersions {
   /// then loses its bytes (bytes_lost()): a runtime that cannot afford it
   /// writes back first (commit_write_back()) and evicts once
   /// write_back_needed() says none. Throws std::invalid_argument, having
-  /// changed nothing, when `copy_events` does not match the plan's copies,
+  /// changed nothing, when the plan lists imports (Plan::imports), when
+  /// `copy_events` does not match the plan's copies,
   /// or when the plan does not write back every byte only `at` holds (a
   /// plan plan_evict(at) did not make for the current versions: committing
   /// it would lose them). O(spans × copies).
