@@ -554,16 +554,14 @@ Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
 }
 
 // Plans evicting `victim` (locked) from `loc` into s_.evict_plan, and
-// says whether it can go now: its write-backs, if any, can start at once
-// (else they wait for bytes still being made there), and no import of its
-// bytes to the host copy is still running (write_back_needed() does not
-// see those: Plan::imports).
+// says whether its write-backs, if any, can start at once (else they wait
+// for bytes still being made there, or for an import of them to the host
+// copy: write_back_needed() does not see that one).
 bool Transaction::plan_evict_now(Buffer& victim, Location loc) {
   const migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim.versions_.bytes_lost();
   plan_eviction(victim, loc, s_.evict_plan);  // settles first: judge the bytes after it
   count_lost(victim.versions_.bytes_lost() - lost);
-  if (!plan.imports.empty()) return false;
   return std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
     return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
   });
@@ -574,13 +572,6 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
   Buffer* victim = &buffer;
   migration::Plan& plan = s_.evict_plan;
   const bool complete = plan_evict_now(*victim, loc);
-  if (!plan.imports.empty()) {
-    // Bytes still being imported to the host copy: it goes once they are
-    // there (or, if the import fails, is written back then); the enqueue
-    // waits for that, as for a write-back.
-    wait_for_room(plan.imports, Retain::batched);
-    return Evicted::writing_back;
-  }
   if (!plan.copies.empty() && complete) {
     return write_back(*victim, loc, plan) ? Evicted::writing_back : Evicted::nothing;
   }

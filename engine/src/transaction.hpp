@@ -93,8 +93,6 @@ class Transaction {
   std::optional<EnqueueError> compact(EnqueueError full);
   [[nodiscard]] std::optional<EnqueueError> exceeds_location() const;
   std::optional<EnqueueError> place(Buffer& b, Location loc, bool for_eviction);
-  // writing_back: the storage stays until its bytes are at the host (its
-  // write-backs, or imports there, still running); the enqueue waits for them.
   enum class Evicted : std::uint8_t { nothing, freed, writing_back };
   Evicted evict_one(Location loc, bool clean_only);
   Evicted evict_for_hole(Location loc, std::uint64_t size);

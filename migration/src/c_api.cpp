@@ -152,10 +152,6 @@ ml_copy ml_plan_copy(const ml_plan* plan, size_t i) {
 
 size_t ml_plan_wait_count(const ml_plan* plan) { return plan == nullptr ? 0 : plan->plan.wait.size(); }
 const ml_event* ml_plan_waits(const ml_plan* plan) { return plan == nullptr ? nullptr : plan->plan.wait.data(); }
-size_t ml_plan_import_count(const ml_plan* plan) { return plan == nullptr ? 0 : plan->plan.imports.size(); }
-const ml_event* ml_plan_imports(const ml_plan* plan) {
-  return plan == nullptr ? nullptr : plan->plan.imports.data();
-}
 
 ml_status ml_versions_create(uint64_t size, uint64_t valid_mask, const ml_event_ops* ops, ml_versions** out) {
   if (out == nullptr || size == 0 || valid_mask == 0)

@@ -708,11 +708,13 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
     add_unique(out.wait, h->ready);
     for (Event r : s.readers) add_unique(out.wait, r);
     if (s.anywhere || complete_elsewhere(s, at)) continue;  // nothing to save: just drop it
-    // An import still making the host's bytes: wait for it (Plan::imports).
-    if (const Holder* at_host = holder(s, kHost)) {
-      add_unique(out.imports, at_host->ready);
-      continue;
-    }
+    // An import still making the host's bytes (for a reader there) is not
+    // written back beside or after: that would write host bytes the reader
+    // may be reading once the import has ended. The import reads `at` (in
+    // out.wait above), so the storage outlives it; if it fails, the bytes
+    // are lost as a failed write-back's would be (a write-back after it
+    // would fail with it: it depends on it).
+    if (holder(s, kHost) != nullptr) continue;
     const std::uint64_t x = it->first, n = end_of(it) - x;
     if (!cost.cost(at, kHost, n)) {
       throw std::logic_error("migration: the cost model offers no path from location " + std::to_string(at) +
@@ -780,11 +782,6 @@ void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) 
 }
 
 void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
-  if (!plan.imports.empty()) {
-    throw std::invalid_argument("migration: evicting location " + std::to_string(at) + " waits for " +
-                                std::to_string(plan.imports.size()) +
-                                " import(s) to the host copy first (Plan::imports): plan it again once they end");
-  }
   check_eviction_keeps_content(plan, at);
   commit_write_back(plan, copy_events);  // checks the events first, then changes
   auto forget = [&](Span& x) {

@@ -154,12 +154,6 @@ class Model {
 
   void evict(Location at) {
     versions_->plan_evict(at, cost_, plan_);
-    // Bytes still being imported to the host: the eviction waits for them
-    // (Plan::imports), as the engine's does; committing it must fail.
-    if (!plan_.imports.empty()) {
-      EXPECT_THROW(versions_->commit_evict(plan_, {}, at), std::invalid_argument);
-      return;
-    }
     std::vector<Event> copy_events;
     std::vector<int> copy_ids;
     for (const Copy& c : plan_.copies) {

@@ -112,10 +112,6 @@ ml_copy ml_plan_copy(const ml_plan* plan, size_t i);
 /* What the command must wait for besides its copies. */
 size_t ml_plan_wait_count(const ml_plan* plan);
 const ml_event* ml_plan_waits(const ml_plan* plan);
-/* Eviction plans only: unfinished imports to the host copy the eviction
- * must wait for before planning again (migration/plan.hpp, Plan::imports). */
-size_t ml_plan_import_count(const ml_plan* plan);
-const ml_event* ml_plan_imports(const ml_plan* plan);
 
 /* ---- one buffer's versions --------------------------------------------- */
 typedef struct ml_versions ml_versions;
@@ -144,16 +140,14 @@ ml_status ml_versions_commit(ml_versions* versions, const ml_plan* plan, const m
                                  ml_event command);
 
 /* Eviction of the copy at location `at` (> 0): write-backs of the bytes held
- * only there, and (ml_plan_waits) what must finish before its storage goes;
- * or (ml_plan_imports) imports to the host copy to wait for first. */
+ * only there, and (ml_plan_waits) what must finish before its storage goes. */
 ml_status ml_versions_plan_evict(ml_versions* versions, uint32_t at, const ml_cost_model* cost,
                                      ml_plan* plan);
 /* Records an eviction planned by ml_versions_plan_evict: the write-backs
  * (copy_events[i] for copy i) become the host's copies, and `at` holds
- * nothing any more. Errors: INVALID_ARGUMENT (also for a plan that lists
- * imports, and for one that does not write back every byte only `at` holds:
- * one not made by plan_evict for the current versions; nothing is changed),
- * MISMATCH. */
+ * nothing any more. Errors: INVALID_ARGUMENT (also for a plan that does not
+ * write back every byte only `at` holds: one not made by plan_evict for the
+ * current versions; nothing is changed), MISMATCH. */
 ml_status ml_versions_commit_evict(ml_versions* versions, const ml_plan* plan, const ml_event* copy_events,
                                        size_t copy_event_count, uint32_t at);
 

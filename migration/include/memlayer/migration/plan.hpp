@@ -41,20 +41,10 @@ struct Copy {
 struct Plan {
   std::vector<Copy> copies;
   std::vector<Event> wait;
-  /// Eviction plans only (RangeVersions::plan_evict): unfinished copies into
-  /// the host copy of bytes that, besides them, only the evicted location
-  /// holds (imports for readers there). Such a plan cannot be committed:
-  /// the eviction waits for them and plans again. Writing those bytes back
-  /// beside them would write host bytes a reader may already be reading
-  /// once the import has ended; after it they are complete at the host
-  /// (nothing to write back), or, if it failed, held only at the evicted
-  /// location again (written back then).
-  std::vector<Event> imports;
 
   void clear() {
     copies.clear();
     wait.clear();
-    imports.clear();
   }
   /// Bytes the copies move (a staged copy counts twice: it moves twice).
   [[nodiscard]] std::uint64_t bytes_moved() const {

@@ -149,8 +149,10 @@ class RangeVersions {
   /// at `at` may be freed or reused (its readers and whatever fills it).
   /// A span held elsewhere only by copies still in flight is written back
   /// too (those copies may yet fail), unless one of them is making the
-  /// host's bytes: then `out.imports` lists it, and the eviction must wait
-  /// for it and plan again (Plan::imports). Settles every span first (as plan(),
+  /// host's bytes: a write-back would write the host copy beside that
+  /// import or after it, while a reader there may read it. That import
+  /// reads `at` (`out.wait` lists it); if it fails, the bytes are lost
+  /// (bytes_lost()), as a failed write-back's are. Settles every span first (as plan(),
   /// and as whole out of host memory); changes no version. Makes the room
   /// commit_write_back() and commit_evict() need, so that they allocate
   /// nothing; throws std::bad_alloc out of host memory. O(spans).
@@ -177,8 +179,7 @@ class RangeVersions {
   /// then loses its bytes (bytes_lost()): a runtime that cannot afford it
   /// writes back first (commit_write_back()) and evicts once
   /// write_back_needed() says none. Throws std::invalid_argument, having
-  /// changed nothing, when the plan lists imports (Plan::imports), when
-  /// `copy_events` does not match the plan's copies,
+  /// changed nothing, when `copy_events` does not match the plan's copies,
   /// or when the plan does not write back every byte only `at` holds (a
   /// plan plan_evict(at) did not make for the current versions: committing
   /// it would lose them). O(spans × copies).
