@@ -555,8 +555,7 @@ Transaction::Evicted Transaction::evict_adopted(Buffer& victim, Location loc) {
 
 // Plans evicting `victim` (locked) from `loc` into s_.evict_plan, and
 // says whether its write-backs, if any, can start at once (else they wait
-// for bytes still being made there, or for an import of them to the host
-// copy: write_back_needed() does not see that one).
+// for bytes still being made there).
 bool Transaction::plan_evict_now(Buffer& victim, Location loc) {
   const migration::Plan& plan = s_.evict_plan;
   const std::uint64_t lost = victim.versions_.bytes_lost();
