@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "byte_host.hpp"
@@ -79,6 +80,17 @@ class EngineTest : public ::testing::Test {
     host_.run_all();
     Buffer& fresh = make(4096, false);
     return {first, second, fresh, {{&second, {0, 4096, Access::read}}, {&fresh, {0, 4096, Access::overwrite}}}};
+  }
+
+  // Device 1 (8 KiB) filled by two 4 KiB buffers whose bytes (0xA1, 0xB2)
+  // are only there: evicting either writes it back.
+  std::pair<Buffer&, Buffer&> fill_with_two_only_there() {
+    Buffer& a = make(4096, false);
+    Buffer& b = make(4096, false);
+    write(a, 0xA1);
+    write(b, 0xB2);
+    host_.run_all();
+    return {a, b};
   }
 
   // Enqueues `uses` at device 1 from another thread, now (while this one
@@ -624,11 +636,7 @@ TEST_F(EngineTest, AVictimAnotherEnqueueHoldsMakesTheLocationBusyNotFull) {
 // such commands "nothing more can be evicted").
 TEST_F(EngineTest, AVictimWhoseWriteBackIsRefusedMakesTheLocationBusyNotFull) {
   host_.answers_holes = false;  // the rank order
-  Buffer& a = make(4096, false);
-  Buffer& b = make(4096, false);
-  write(a, 0xA1);  // both only on device 1, which they fill
-  write(b, 0xB2);
-  host_.run_all();
+  auto [a, b] = fill_with_two_only_there();
   Buffer& c = make(4096, false);
   const std::vector<BufferUse> uses = {{&c, {0, 4096, Access::overwrite}}};
   host_.refuse_copies = 2;
@@ -660,11 +668,7 @@ TEST_F(EngineTest, AVictimWhoseWriteBackIsRefusedMakesTheLocationBusyNotFull) {
 // stress at 8x raced so under ThreadSanitizer).
 TEST_F(EngineTest, AnEvictionWritesNothingBackBesideAnImportToTheHost) {
   host_.answers_holes = false;  // the rank order
-  Buffer& a = make(4096, false);
-  Buffer& b = make(4096, false);
-  write(a, 0xA1);  // both only on device 1, which they fill
-  write(b, 0xB2);
-  host_.run_all();
+  auto [a, b] = fill_with_two_only_there();
   ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, kHost), nullptr);  // imports, not run yet
   ASSERT_NE(enqueue({{&b, {0, 4096, Access::read}}}, kHost), nullptr);
   sub_.clear();

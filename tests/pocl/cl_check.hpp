@@ -16,6 +16,7 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace memlayer::cltest {
@@ -68,6 +69,65 @@ using Mem = Handle<cl_mem, clReleaseMemObject>;
 using Program = Handle<cl_program, clReleaseProgram>;
 using Kernel = Handle<cl_kernel, clReleaseKernel>;
 using Event = Handle<cl_event, clReleaseEvent>;
+
+/// cl_khr_command_buffer's entry points, looked up through the ICD loader
+/// for `platform` (any left null when the platform lacks it). Declared here,
+/// not taken from the system's headers, which may declare another revision
+/// or none. The recording calls' signatures depend on the revision the
+/// device reports (CL_DEVICE_EXTENSIONS_WITH_VERSION): from 0.9.5 (PoCL
+/// 7.1) they take a properties list after the queue, before (PoCL 3.1:
+/// 0.9.0) they do not; `with_properties` says which, and the caller casts
+/// `fill` or `copy` to the matching type below.
+struct CommandBufferKhr {
+  using Buffer = void*;         // cl_command_buffer_khr
+  using Properties = cl_ulong;  // cl_command_buffer_properties_khr, cl_command_properties_khr
+  using SyncPoint = cl_uint;    // cl_sync_point_khr
+  using Fill = cl_int (*)(Buffer, cl_command_queue, cl_mem, const void*, std::size_t, std::size_t, std::size_t,
+                          cl_uint, const SyncPoint*, SyncPoint*, void*);
+  using FillWithProperties = cl_int (*)(Buffer, cl_command_queue, const Properties*, cl_mem, const void*,
+                                        std::size_t, std::size_t, std::size_t, cl_uint, const SyncPoint*,
+                                        SyncPoint*, void*);
+  using CopyWithProperties = cl_int (*)(Buffer, cl_command_queue, const Properties*, cl_mem, cl_mem, std::size_t,
+                                        std::size_t, std::size_t, cl_uint, const SyncPoint*, SyncPoint*, void*);
+
+  Buffer (*create)(cl_uint, const cl_command_queue*, const Properties*, cl_int*) = nullptr;
+  void* fill = nullptr;  // clCommandFillBufferKHR: Fill or FillWithProperties
+  void* copy = nullptr;  // clCommandCopyBufferKHR
+  cl_int (*finalize)(Buffer) = nullptr;
+  cl_int (*enqueue)(cl_uint, cl_command_queue*, Buffer, cl_uint, const cl_event*, cl_event*) = nullptr;
+  cl_int (*get_info)(Buffer, cl_uint, std::size_t, void*, std::size_t*) = nullptr;
+  cl_int (*release)(Buffer) = nullptr;
+  bool with_properties = false;
+
+  /// `device`'s platform's entry points and `device`'s revision; nullopt
+  /// when the device does not report the extension or an entry is missing.
+  static std::optional<CommandBufferKhr> load(cl_device_id device) {
+    cl_platform_id platform = nullptr;
+    std::size_t n = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr) != CL_SUCCESS ||
+        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS_WITH_VERSION, 0, nullptr, &n) != CL_SUCCESS)
+      return std::nullopt;
+    std::vector<cl_name_version> extensions(n / sizeof(cl_name_version));
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS_WITH_VERSION, n, extensions.data(), nullptr) != CL_SUCCESS)
+      return std::nullopt;
+    auto it = std::find_if(extensions.begin(), extensions.end(),
+                           [](const cl_name_version& e) { return std::string(e.name) == "cl_khr_command_buffer"; });
+    if (it == extensions.end()) return std::nullopt;
+    CommandBufferKhr api;
+    api.with_properties = it->version >= CL_MAKE_VERSION(0, 9, 5);
+    auto find = [&](auto& entry, const char* name) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(
+          clGetExtensionFunctionAddressForPlatform(platform, name));
+      return entry != nullptr;
+    };
+    if (!find(api.create, "clCreateCommandBufferKHR") || !find(api.fill, "clCommandFillBufferKHR") ||
+        !find(api.copy, "clCommandCopyBufferKHR") || !find(api.finalize, "clFinalizeCommandBufferKHR") ||
+        !find(api.enqueue, "clEnqueueCommandBufferKHR") || !find(api.get_info, "clGetCommandBufferInfoKHR") ||
+        !find(api.release, "clReleaseCommandBufferKHR"))
+      return std::nullopt;
+    return api;
+  }
+};
 
 /// Every device of the first platform that has any.
 inline std::vector<cl_device_id> all_devices(cl_platform_id* platform_out = nullptr) {

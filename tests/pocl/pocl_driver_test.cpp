@@ -20,7 +20,7 @@
 
 #include "cl_check.hpp"
 
-#include <CL/cl_ext.h>
+#include <CL/cl_ext.h>  // CL_COMMAND_BUFFER_STATE_KHR
 
 using namespace memlayer::cltest;
 
@@ -371,47 +371,14 @@ TEST_F(PoclDriver, ASubBufferStepMovesWhatItsContextsDevicesCanMove) {
 // too (PoCL 7.1's test_command_buffer failed that way, at random).
 // patches/pocl-3.1- and pocl-7.1-command-buffer-is-executable-when-it-completes.patch.
 TEST_F(PoclDriver, ACommandBufferIsExecutableAgainOnceItsRunReadsComplete) {
-  cl_platform_id platform = nullptr;
-  ASSERT_EQ(clGetDeviceInfo(set_.devices[0], CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr), CL_SUCCESS);
-  // The extension's revision says the signature of clCommandFillBufferKHR:
-  // from 0.9.5 (PoCL 7.1) it takes a properties list after the queue, before
-  // (PoCL 3.1: 0.9.0) it does not. Declared here, as the system's headers
-  // may declare either revision.
-  std::size_t n = 0;
-  ASSERT_EQ(clGetDeviceInfo(set_.devices[0], CL_DEVICE_EXTENSIONS_WITH_VERSION, 0, nullptr, &n), CL_SUCCESS);
-  std::vector<cl_name_version> extensions(n / sizeof(cl_name_version));
-  ASSERT_EQ(clGetDeviceInfo(set_.devices[0], CL_DEVICE_EXTENSIONS_WITH_VERSION, n, extensions.data(), nullptr),
-            CL_SUCCESS);
-  auto it = std::find_if(extensions.begin(), extensions.end(),
-                         [](const cl_name_version& e) { return std::string(e.name) == "cl_khr_command_buffer"; });
-  ASSERT_NE(it, extensions.end()) << "PoCL's core offers cl_khr_command_buffer on every device";
-  const bool with_properties = it->version >= CL_MAKE_VERSION(0, 9, 5);
-
-  using CommandBuffer = void*;  // cl_command_buffer_khr
-  using Properties = cl_ulong;  // cl_command_buffer_properties_khr, cl_command_properties_khr
-  using SyncPoint = cl_uint;    // cl_sync_point_khr
-  using Create = CommandBuffer (*)(cl_uint, const cl_command_queue*, const Properties*, cl_int*);
-  using Fill = cl_int (*)(CommandBuffer, cl_command_queue, cl_mem, const void*, std::size_t, std::size_t,
-                          std::size_t, cl_uint, const SyncPoint*, SyncPoint*, void*);
-  using FillWithProperties = cl_int (*)(CommandBuffer, cl_command_queue, const Properties*, cl_mem, const void*,
-                                        std::size_t, std::size_t, std::size_t, cl_uint, const SyncPoint*,
-                                        SyncPoint*, void*);
-  using Finalize = cl_int (*)(CommandBuffer);
-  using Enqueue = cl_int (*)(cl_uint, cl_command_queue*, CommandBuffer, cl_uint, const cl_event*, cl_event*);
-  using Info = cl_int (*)(CommandBuffer, cl_uint, std::size_t, void*, std::size_t*);
-  using Release = cl_int (*)(CommandBuffer);
-  auto find = [&](const char* name) {
-    void* f = clGetExtensionFunctionAddressForPlatform(platform, name);
-    EXPECT_NE(f, nullptr) << name;
-    return f;
-  };
-  auto create = reinterpret_cast<Create>(find("clCreateCommandBufferKHR"));
-  void* fill = find("clCommandFillBufferKHR");
-  auto finalize = reinterpret_cast<Finalize>(find("clFinalizeCommandBufferKHR"));
-  auto enqueue = reinterpret_cast<Enqueue>(find("clEnqueueCommandBufferKHR"));
-  auto get_info = reinterpret_cast<Info>(find("clGetCommandBufferInfoKHR"));
-  auto release = reinterpret_cast<Release>(find("clReleaseCommandBufferKHR"));
-  ASSERT_TRUE(create && fill && finalize && enqueue && get_info && release);
+  const auto api = CommandBufferKhr::load(set_.devices[0]);
+  ASSERT_TRUE(api) << "PoCL's core offers cl_khr_command_buffer on every device";
+  using CommandBuffer = CommandBufferKhr::Buffer;
+  const auto create = api->create;
+  const auto finalize = api->finalize;
+  const auto enqueue = api->enqueue;
+  const auto get_info = api->get_info;
+  const auto release = api->release;
 
   Mem b = buffer();
   cl_command_queue q = queue(0);
@@ -419,11 +386,11 @@ TEST_F(PoclDriver, ACommandBufferIsExecutableAgainOnceItsRunReadsComplete) {
   CommandBuffer recorded = create(1, &q, nullptr, &err);
   ASSERT_EQ(err, CL_SUCCESS);
   const std::uint32_t pattern = 0x5a0f5a0fu;
-  err = with_properties
-            ? reinterpret_cast<FillWithProperties>(fill)(recorded, nullptr, nullptr, b.get(), &pattern, sizeof pattern,
-                                                         0, kBytes, 0, nullptr, nullptr, nullptr)
-            : reinterpret_cast<Fill>(fill)(recorded, nullptr, b.get(), &pattern, sizeof pattern, 0, kBytes, 0,
-                                           nullptr, nullptr, nullptr);
+  err = api->with_properties
+            ? reinterpret_cast<CommandBufferKhr::FillWithProperties>(api->fill)(
+                  recorded, nullptr, nullptr, b.get(), &pattern, sizeof pattern, 0, kBytes, 0, nullptr, nullptr, nullptr)
+            : reinterpret_cast<CommandBufferKhr::Fill>(api->fill)(recorded, nullptr, b.get(), &pattern, sizeof pattern,
+                                                                   0, kBytes, 0, nullptr, nullptr, nullptr);
   ASSERT_EQ(err, CL_SUCCESS);
   ASSERT_EQ(finalize(recorded), CL_SUCCESS);
 

@@ -513,36 +513,14 @@ TEST_F(TwoDevices, RectAndImageCopiesMoveOnlyTheirBytes) {
 TEST_F(TwoDevices, ARecordedCopyMovesTheBytesItNames) {
   const char* expect = std::getenv("MEMLAYER_EXPECT_COMMAND_BUFFER");
   if (expect == nullptr || std::string(expect) != "1") GTEST_SKIP() << "MEMLAYER_EXPECT_COMMAND_BUFFER=1 not set";
-  std::size_t n = 0;
-  CL_CHECK(clGetDeviceInfo(devices_[1], CL_DEVICE_EXTENSIONS, 0, nullptr, &n));
-  std::string extensions(n, '\0');
-  CL_CHECK(clGetDeviceInfo(devices_[1], CL_DEVICE_EXTENSIONS, n, extensions.data(), nullptr));
-  ASSERT_NE(extensions.find("cl_khr_command_buffer"), std::string::npos) << extensions;
-  cl_platform_id platform = nullptr;
-  CL_CHECK(clGetDeviceInfo(devices_[1], CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr));
-  // The extension's revision 0.9.5 and later, which PoCL 7.1 implements,
-  // declared here: clCommandCopyBufferKHR takes a properties list, and the
-  // system's headers may declare an older revision (or none).
-  using CommandBuffer = void*;     // cl_command_buffer_khr
-  using Properties = cl_ulong;     // cl_command_buffer_properties_khr, cl_command_properties_khr
-  using SyncPoint = cl_uint;       // cl_sync_point_khr
-  using Create = CommandBuffer (*)(cl_uint, const cl_command_queue*, const Properties*, cl_int*);
-  using Copy = cl_int (*)(CommandBuffer, cl_command_queue, const Properties*, cl_mem, cl_mem, std::size_t,
-                          std::size_t, std::size_t, cl_uint, const SyncPoint*, SyncPoint*, void*);
-  using Finalize = cl_int (*)(CommandBuffer);
-  using Enqueue = cl_int (*)(cl_uint, cl_command_queue*, CommandBuffer, cl_uint, const cl_event*, cl_event*);
-  using Release = cl_int (*)(CommandBuffer);
-  auto find = [&](const char* name) {
-    void* f = clGetExtensionFunctionAddressForPlatform(platform, name);
-    EXPECT_NE(f, nullptr) << name;
-    return f;
-  };
-  auto create = reinterpret_cast<Create>(find("clCreateCommandBufferKHR"));
-  auto copy = reinterpret_cast<Copy>(find("clCommandCopyBufferKHR"));
-  auto finalize = reinterpret_cast<Finalize>(find("clFinalizeCommandBufferKHR"));
-  auto enqueue = reinterpret_cast<Enqueue>(find("clEnqueueCommandBufferKHR"));
-  auto release = reinterpret_cast<Release>(find("clReleaseCommandBufferKHR"));
-  ASSERT_TRUE(create && copy && finalize && enqueue && release);
+  const auto api = CommandBufferKhr::load(devices_[1]);
+  ASSERT_TRUE(api && api->with_properties) << "cl_khr_command_buffer, revision 0.9.5 or later, as PoCL 7.1's";
+  using CommandBuffer = CommandBufferKhr::Buffer;
+  const auto create = api->create;
+  const auto copy = reinterpret_cast<CommandBufferKhr::CopyWithProperties>(api->copy);
+  const auto finalize = api->finalize;
+  const auto enqueue = api->enqueue;
+  const auto release = api->release;
 
   constexpr std::size_t kSize = 1 << 20, kPart = 64 << 10;
   std::vector<std::uint8_t> init(kSize, 2);
