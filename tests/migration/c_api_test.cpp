@@ -10,6 +10,26 @@
 
 extern "C" int migration_c_smoke(void);
 
+namespace {
+
+// A C runtime's events as ml_event_ops sees them: the references the
+// planner holds on each, and each one's status (absent: ML_EVENT_RUNNING).
+struct EventTable {
+  std::map<ml_event, int> refs;
+  std::map<ml_event, int> status;
+  ml_event_ops ops() {
+    return {this, [](void* c, ml_event e) { ++static_cast<EventTable*>(c)->refs[e]; },
+            [](void* c, ml_event e) { --static_cast<EventTable*>(c)->refs[e]; },
+            [](void* c, ml_event e) {
+              auto& s = static_cast<EventTable*>(c)->status;
+              auto it = s.find(e);
+              return it == s.end() ? int{ML_EVENT_RUNNING} : it->second;
+            }};
+  }
+};
+
+}  // namespace
+
 TEST(MigrationCApi, UsableFromC) { EXPECT_EQ(migration_c_smoke(), 0); }
 
 TEST(MigrationCApi, BadArgumentsGetStatusesAndMessages) {
@@ -117,17 +137,8 @@ TEST(MigrationCApi, EventReferencesAreBalanced) {
 // A C runtime reports a failed writer through ml_event_ops.status: the
 // planner goes back to the content before it, and counts what it lost.
 TEST(MigrationCApi, AFailedWriterIsUndone) {
-  struct State {
-    std::map<ml_event, int> refs;
-    std::map<ml_event, int> status;  // absent: ML_EVENT_RUNNING
-  } st;
-  ml_event_ops ops{&st, [](void* c, ml_event e) { ++static_cast<State*>(c)->refs[e]; },
-                   [](void* c, ml_event e) { --static_cast<State*>(c)->refs[e]; },
-                   [](void* c, ml_event e) {
-                     auto& s = static_cast<State*>(c)->status;
-                     auto it = s.find(e);
-                     return it == s.end() ? int{ML_EVENT_RUNNING} : it->second;
-                   }};
+  EventTable st;
+  const ml_event_ops ops = st.ops();
   ml_cost_model* cost = nullptr;
   ml_plan* plan = nullptr;
   ml_versions* v = nullptr;
@@ -213,29 +224,22 @@ TEST(MigrationCApi, AnEvictionWhosePlanWouldDropTheOnlyCopyIsRefused) {
 // plan writes nothing back beside the import (it would write host bytes a
 // reader there may be reading) and its storage waits for the import.
 TEST(MigrationCApi, AnEvictionLeavesBytesStillBeingImportedToTheImport) {
-  struct State {
-    std::map<ml_event, int> refs;
-    ml_event running = nullptr;
-  } state;
-  ml_event_ops ops{&state, [](void* c, ml_event e) { ++static_cast<State*>(c)->refs[e]; },
-                   [](void* c, ml_event e) { --static_cast<State*>(c)->refs[e]; },
-                   [](void* c, ml_event e) {
-                     return e == static_cast<State*>(c)->running ? int{ML_EVENT_RUNNING} : int{ML_EVENT_COMPLETE};
-                   }};
+  EventTable state;
+  const ml_event_ops ops = state.ops();
   ml_cost_model* cost = nullptr;
   ml_plan* plan = nullptr;
   ml_versions* v = nullptr;
   ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
   ASSERT_EQ(ml_plan_create(&plan), ML_OK);
   ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  const ml_event writer = reinterpret_cast<ml_event>(16), import = reinterpret_cast<ml_event>(48);
   ml_use write{0, 4096, ML_ACCESS_OVERWRITE};
   ASSERT_EQ(ml_versions_plan(v, &write, 1, 1, cost, plan), ML_OK);
-  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &write, 1, 1, reinterpret_cast<ml_event>(16)), ML_OK);
-  ml_use read{0, 4096, ML_ACCESS_READ};
+  ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &write, 1, 1, writer), ML_OK);
+  state.status[writer] = ML_EVENT_COMPLETE;
+  ml_use read{0, 4096, ML_ACCESS_READ};  // at the host: imported by copy `import`, still running
   ASSERT_EQ(ml_versions_plan(v, &read, 1, 0, cost, plan), ML_OK);
   ASSERT_EQ(ml_plan_copy_count(plan), 1u);
-  ml_event import = reinterpret_cast<ml_event>(48);
-  state.running = import;
   ASSERT_EQ(ml_versions_commit(v, plan, &import, 1, &read, 1, 0, reinterpret_cast<ml_event>(64)), ML_OK);
 
   ASSERT_EQ(ml_versions_plan_evict(v, 1, cost, plan), ML_OK);
@@ -245,7 +249,6 @@ TEST(MigrationCApi, AnEvictionLeavesBytesStillBeingImportedToTheImport) {
   EXPECT_EQ(ml_versions_commit_evict(v, plan, nullptr, 0, 1), ML_OK);
   EXPECT_EQ(ml_versions_valid_at(v, 1, 0, 1), 0);
   EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 4096), 1);
-  state.running = nullptr;
   EXPECT_EQ(ml_versions_bytes_lost(v), 0u);
   ml_versions_destroy(v);
   for (auto& [e, n] : state.refs) EXPECT_EQ(n, 0) << e;
