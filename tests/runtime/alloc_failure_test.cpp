@@ -197,3 +197,60 @@ TEST(RuntimeAllocationFailure, EveryEnqueueIsAllOrNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// A host out of memory for good while an enqueue evicts: the enqueue fails
+// with kOutOfHostMemory at once, whichever of its allocations is the first
+// to fail: the eviction's write-back included (EngineHost::create_copy),
+// which is no "busy" location to wait and try again for (a write-back
+// refused for a buffer being destroyed is: engine/room_wait.hpp).
+TEST(RuntimeAllocationFailure, AnEnqueueOutOfHostMemoryForGoodFailsAtOnce) {
+  using Clock = std::chrono::steady_clock;
+  for (long n = 0;; ++n) {
+    SCOPED_TRACE("allocations fail from " + std::to_string(n) + " on");
+    ContextOptions options;
+    options.room_wait = std::chrono::milliseconds(2000);
+    std::vector<std::unique_ptr<DeviceDriver>> drivers;
+    drivers::SimOptions o;
+    o.memory_size = 2 * kSize;
+    std::vector<std::unique_ptr<drivers::SimDevice>> one;
+    ASSERT_TRUE(drivers::SimDevice::create(1, o, one).ok());
+    drivers.push_back(std::move(one.at(0)));
+    auto ctx = Context::create(std::move(drivers), options).value();
+    auto q = ctx->create_queue(0).value();
+    Bytes zero(kSize, 0), got(kSize, 0);
+    // A and B written on the device only: evicting either writes it back.
+    Buffer A = ctx->create_buffer(mem::kReadWrite, kSize, nullptr).value();
+    Buffer B = ctx->create_buffer(mem::kReadWrite, kSize, nullptr).value();
+    Buffer C = ctx->create_buffer(mem::kReadWrite | mem::kCopyHostPtr, kSize, zero.data()).value();
+    const Bytes a = filled(1), b = filled(2);
+    ASSERT_TRUE(q->enqueue_write(A, 0, kSize, a.data(), true).ok());
+    ASSERT_TRUE(q->enqueue_write(B, 0, kSize, b.data(), true).ok());
+    KernelFunction reads = [](std::span<void* const>) { return Status{}; };
+    const std::vector<KernelArg> c_read{{C, Access::read}};
+
+    memlayer::testing::fail_allocations_from(n);
+    const auto start = Clock::now();
+    Result<Event> r = q->enqueue_kernel(std::move(reads), c_read);
+    const auto took = Clock::now() - start;
+    const bool failed_within = memlayer::testing::stop_counting() < 0;
+    if (r.ok()) {
+      ASSERT_FALSE(failed_within) << "an enqueue that met the failure succeeded";
+      EXPECT_EQ(r.value().wait(), cl::kComplete);
+      EXPECT_GE(ctx->stats().evictions, 1u);
+      EXPECT_GT(n, 3) << "the enqueue made fewer allocations than expected";
+      break;  // the whole enqueue ran without meeting the failure
+    }
+    EXPECT_EQ(r.error().code, cl::kOutOfHostMemory) << r.error().message;
+    EXPECT_LT(took, std::chrono::milliseconds(1000)) << "it waited for room: " << r.error().message;
+    // Nothing changed: A and B still read back whole.
+    ASSERT_TRUE(q->enqueue_read(A, 0, kSize, got.data(), true).ok());
+    EXPECT_EQ(got, a);
+    ASSERT_TRUE(q->enqueue_read(B, 0, kSize, got.data(), true).ok());
+    EXPECT_EQ(got, b);
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace

@@ -25,9 +25,20 @@ inline thread_local long t_allocations_left = -1;
 /// std::bad_alloc; one allocation fails, those after it succeed again.
 inline void fail_allocation(long k) { t_allocations_left = k; }
 
+/// From now on, this thread's allocation `k` and every one after it throw
+/// std::bad_alloc, until stop_counting(): a host out of memory for good.
+inline thread_local bool t_keep_failing = false;
+inline void fail_allocations_from(long k) {
+  t_allocations_left = k;
+  t_keep_failing = true;
+}
+
 /// Stops counting. Returns how many allocations were left before the armed
 /// one: negative when it failed.
-inline long stop_counting() { return std::exchange(t_allocations_left, -1); }
+inline long stop_counting() {
+  t_keep_failing = false;
+  return std::exchange(t_allocations_left, -1);
+}
 
 /// Stops failing. True when the allocation armed by fail_allocation() failed
 /// (the call tried made at least k + 1 allocations).
@@ -42,9 +53,13 @@ class AllocationsSucceed {
   AllocationsSucceed() = default;
   AllocationsSucceed(const AllocationsSucceed&) = delete;
   AllocationsSucceed& operator=(const AllocationsSucceed&) = delete;
-  ~AllocationsSucceed() { t_allocations_left = left_; }
+  ~AllocationsSucceed() {
+    t_allocations_left = left_;
+    t_keep_failing = keep_;
+  }
 
  private:
+  bool keep_ = t_keep_failing;
   long left_ = stop_counting();
 };
 
@@ -52,7 +67,10 @@ class AllocationsSucceed {
 
 void* operator new(std::size_t n) {
   long& left = memlayer::testing::t_allocations_left;
-  if (left >= 0 && left-- == 0) throw std::bad_alloc();
+  if (left >= 0 && left-- == 0) {
+    if (memlayer::testing::t_keep_failing) left = 0;  // the next one fails too
+    throw std::bad_alloc();
+  }
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
