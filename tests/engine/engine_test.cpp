@@ -397,11 +397,7 @@ TEST_F(EngineTest, ACopyTheHostCannotMakeFailsTheEnqueueCleanly) {
 
 TEST_F(EngineTest, EvictionWritesBackTheLeastRecentlyUsedBeforeItEvictsIt) {
   // Device 1 (8 KiB) holds two 4 KiB buffers whose only copies are there.
-  Buffer& dirty_old = make(4096, false);
-  Buffer& dirty_new = make(4096, false);
-  ASSERT_NE(enqueue({{&dirty_old, {0, 4096, Access::overwrite}}}, 1), nullptr);
-  ASSERT_NE(enqueue({{&dirty_new, {0, 4096, Access::overwrite}}}, 1), nullptr);
-  host_.run_all();
+  auto [dirty_old, dirty_new] = fill_with_two_only_there();
   Buffer& clean = make(4096, true);
   // Full, and both would lose bytes: the least recently used is written
   // back first, keeping its storage, and the enqueue waits for that.
