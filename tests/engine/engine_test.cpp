@@ -434,11 +434,7 @@ TEST_F(EngineTest, EvictionWritesBackTheLeastRecentlyUsedBeforeItEvictsIt) {
 // enqueue: this one waits for that write-back too (device_busy), it does not
 // fail as if nothing could ever be evicted (device_full).
 TEST_F(EngineTest, AnEnqueueWaitsForAWriteBackAnotherEnqueueStarted) {
-  Buffer& dirty_a = make(4096, false);
-  Buffer& dirty_b = make(4096, false);
-  ASSERT_NE(enqueue({{&dirty_a, {0, 4096, Access::overwrite}}}, 1), nullptr);
-  ASSERT_NE(enqueue({{&dirty_b, {0, 4096, Access::overwrite}}}, 1), nullptr);
-  host_.run_all();
+  auto [dirty_a, dirty_b] = fill_with_two_only_there();
   Buffer& first = make(4096, true);
   std::optional<EnqueueError> error;
   EXPECT_EQ(enqueue({{&first, {0, 4096, Access::read}}}, 1, &error), nullptr);

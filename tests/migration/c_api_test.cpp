@@ -28,6 +28,34 @@ struct EventTable {
   }
 };
 
+// One 4096-byte buffer's versions, valid at the host, planned with a
+// default cost model and the events of an EventTable.
+struct OneBuffer {
+  EventTable events;
+  ml_cost_model* cost = nullptr;
+  ml_plan* plan = nullptr;
+  ml_versions* v = nullptr;
+  bool made = false;
+  OneBuffer() {
+    const ml_event_ops ops = events.ops();  // copied by ml_versions_create
+    made = ml_cost_model_create(1e-5, 1e9, &cost) == ML_OK && ml_plan_create(&plan) == ML_OK &&
+           ml_versions_create(4096, 1, &ops, &v) == ML_OK;
+  }
+  OneBuffer(const OneBuffer&) = delete;
+  OneBuffer& operator=(const OneBuffer&) = delete;
+  ~OneBuffer() {
+    ml_versions_destroy(v);
+    ml_plan_destroy(plan);
+    ml_cost_model_destroy(cost);
+  }
+  // Destroys the versions: every reference they took is given back.
+  void expect_balanced_references() {
+    ml_versions_destroy(v);
+    v = nullptr;
+    for (auto& [e, n] : events.refs) EXPECT_EQ(n, 0) << e;
+  }
+};
+
 }  // namespace
 
 TEST(MigrationCApi, UsableFromC) { EXPECT_EQ(migration_c_smoke(), 0); }
@@ -137,14 +165,12 @@ TEST(MigrationCApi, EventReferencesAreBalanced) {
 // A C runtime reports a failed writer through ml_event_ops.status: the
 // planner goes back to the content before it, and counts what it lost.
 TEST(MigrationCApi, AFailedWriterIsUndone) {
-  EventTable st;
-  const ml_event_ops ops = st.ops();
-  ml_cost_model* cost = nullptr;
-  ml_plan* plan = nullptr;
-  ml_versions* v = nullptr;
-  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
-  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
-  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  OneBuffer b;
+  ASSERT_TRUE(b.made);
+  EventTable& st = b.events;
+  ml_cost_model* cost = b.cost;
+  ml_plan* plan = b.plan;
+  ml_versions* v = b.v;
   ml_use w{0, 1024, ML_ACCESS_OVERWRITE}, r{0, 4096, ML_ACCESS_READ};
   ml_event writer = reinterpret_cast<ml_event>(16), failed_half_way = reinterpret_cast<ml_event>(32);
   ASSERT_EQ(ml_versions_plan(v, &w, 1, 1, cost, plan), ML_OK);
@@ -166,10 +192,7 @@ TEST(MigrationCApi, AFailedWriterIsUndone) {
   ASSERT_EQ(ml_versions_plan(v, &r, 1, 2, cost, plan), ML_OK);
   EXPECT_EQ(ml_versions_bytes_lost(v), 1024u);
   EXPECT_EQ(ml_versions_bytes_lost(nullptr), 0u);
-  ml_versions_destroy(v);
-  for (auto& [e, n] : st.refs) EXPECT_EQ(n, 0) << e;
-  ml_plan_destroy(plan);
-  ml_cost_model_destroy(cost);
+  b.expect_balanced_references();
 }
 
 // An eviction is committed with the plan ml_versions_plan_evict made for it;
@@ -224,19 +247,16 @@ TEST(MigrationCApi, AnEvictionWhosePlanWouldDropTheOnlyCopyIsRefused) {
 // plan writes nothing back beside the import (it would write host bytes a
 // reader there may be reading) and its storage waits for the import.
 TEST(MigrationCApi, AnEvictionLeavesBytesStillBeingImportedToTheImport) {
-  EventTable state;
-  const ml_event_ops ops = state.ops();
-  ml_cost_model* cost = nullptr;
-  ml_plan* plan = nullptr;
-  ml_versions* v = nullptr;
-  ASSERT_EQ(ml_cost_model_create(1e-5, 1e9, &cost), ML_OK);
-  ASSERT_EQ(ml_plan_create(&plan), ML_OK);
-  ASSERT_EQ(ml_versions_create(4096, 1, &ops, &v), ML_OK);
+  OneBuffer b;
+  ASSERT_TRUE(b.made);
+  ml_cost_model* cost = b.cost;
+  ml_plan* plan = b.plan;
+  ml_versions* v = b.v;
   const ml_event writer = reinterpret_cast<ml_event>(16), import = reinterpret_cast<ml_event>(48);
   ml_use write{0, 4096, ML_ACCESS_OVERWRITE};
   ASSERT_EQ(ml_versions_plan(v, &write, 1, 1, cost, plan), ML_OK);
   ASSERT_EQ(ml_versions_commit(v, plan, nullptr, 0, &write, 1, 1, writer), ML_OK);
-  state.status[writer] = ML_EVENT_COMPLETE;
+  b.events.status[writer] = ML_EVENT_COMPLETE;
   ml_use read{0, 4096, ML_ACCESS_READ};  // at the host: imported by copy `import`, still running
   ASSERT_EQ(ml_versions_plan(v, &read, 1, 0, cost, plan), ML_OK);
   ASSERT_EQ(ml_plan_copy_count(plan), 1u);
@@ -250,8 +270,5 @@ TEST(MigrationCApi, AnEvictionLeavesBytesStillBeingImportedToTheImport) {
   EXPECT_EQ(ml_versions_valid_at(v, 1, 0, 1), 0);
   EXPECT_EQ(ml_versions_valid_at(v, 0, 0, 4096), 1);
   EXPECT_EQ(ml_versions_bytes_lost(v), 0u);
-  ml_versions_destroy(v);
-  for (auto& [e, n] : state.refs) EXPECT_EQ(n, 0) << e;
-  ml_plan_destroy(plan);
-  ml_cost_model_destroy(cost);
+  b.expect_balanced_references();
 }
