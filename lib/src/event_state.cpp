@@ -98,16 +98,16 @@ bool EventState::finish(int status, std::string message, WaitLink*& waiters,
 }
 
 void EventState::planner_retain(std::uint32_t count) {
+  if (planner_refs_.fetch_add(count, std::memory_order_acq_rel) != 0) return;
   std::lock_guard lock(mutex_);
-  if (planner_refs_ == 0) anchor_ = shared_from_this();
-  planner_refs_ += static_cast<int>(count);
+  if (planner_refs_.load(std::memory_order_acquire) > 0 && !anchor_) anchor_ = shared_from_this();
 }
 
 void EventState::planner_release(std::uint32_t count) {
+  if (planner_refs_.fetch_sub(count, std::memory_order_acq_rel) != count) return;
   std::shared_ptr<EventState> last;  // destroyed after the lock is released
   std::lock_guard lock(mutex_);
-  planner_refs_ -= static_cast<int>(count);
-  if (planner_refs_ == 0) last = std::move(anchor_);
+  if (planner_refs_.load(std::memory_order_acquire) == 0) last = std::move(anchor_);
 }
 
 }  // namespace memlayer::runtime::detail

@@ -79,7 +79,8 @@ class EventState : public std::enable_shared_from_this<EventState> {
               std::vector<std::function<void(int)>>& callbacks) noexcept;
 
   // The migration planner's references (EventOps): while it holds any, the
-  // event keeps itself alive through `anchor_`.
+  // event keeps itself alive through `anchor_`. Lock-free but when the count
+  // leaves or reaches 0 (engines take and drop them at every enqueue).
   void planner_retain(std::uint32_t count);
   void planner_release(std::uint32_t count);
 
@@ -94,7 +95,11 @@ class EventState : public std::enable_shared_from_this<EventState> {
   WaitLink* waiters_ = nullptr;  // first to resolve
   WaitLink* last_waiter_ = nullptr;
   std::vector<std::function<void(int)>> callbacks_;
-  int planner_refs_ = 0;
+  // Counted outside mutex_; anchor_ is set and cleared under it, each time
+  // checking the count again: a retain from 0 and a release to 0 that race
+  // leave the anchor as the count says. A retain from 0 comes only from a
+  // caller that keeps the event alive otherwise (the command's own queue).
+  std::atomic<std::int64_t> planner_refs_{0};
   std::shared_ptr<EventState> anchor_;
 };
 
