@@ -2,7 +2,7 @@
 #include <stdexcept>
 
 #include "memlayer/engine/engine.hpp"
-#include "ref_batch.hpp"
+#include "command_table.hpp"
 
 namespace memlayer::engine {
 
@@ -12,19 +12,19 @@ migration::LocationSet initial_holders(bool host_content) {
 }
 }  // namespace
 
-// The planner's view of the host's events. While an enqueue holds the
-// buffer, ops_.batch is its RefBatch: references count there, inline.
-migration::EventOps Buffer::ops_of(Host& host) {
+// The planner's view of events: the engine's names (command_table.hpp),
+// which need no counting (no retain/release), their statuses from the
+// table. While an enqueue holds the buffer, ops_.batch remembers the
+// statuses it looked up.
+migration::EventOps Buffer::ops_of(CommandTable& table) {
   migration::EventOps ops;
-  ops.context = &host;
-  ops.retain = [](void* h, Event e) { static_cast<Host*>(h)->retain(e, 1); };
-  ops.release = [](void* h, Event e) { static_cast<Host*>(h)->release(e, 1); };
-  ops.status = [](void* h, Event e) -> int { return static_cast<int>(static_cast<Host*>(h)->status(e)); };
+  ops.context = &table;
+  ops.status = [](void* t, Event e) -> int { return static_cast<int>(static_cast<CommandTable*>(t)->status(e)); };
   return ops;
 }
 
 Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
-    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(engine.host())),
+    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(*engine.table_)),
       versions_(size, initial_holders(host_content), ops_) {
   std::lock_guard lock(engine_.registry_mutex_);
   engine_.registry_.push_front(this);
@@ -45,10 +45,13 @@ Buffer::~Buffer() {
   for (std::size_t loc = 0; loc < storage_.size(); ++loc) {
     Storage& s = storage_[loc];
     if (!s.allocated) continue;
-    after.assign(s.users.begin(), s.users.end());
-    after.insert(after.end(), s.fences.begin(), s.fences.end());
+    for (const std::vector<Event>* names : {&s.users, &s.fences})
+      for (Event n : *names)
+        if (Event e = engine_.table_->retain_host(n)) after.push_back(e);
     engine_.host().free(static_cast<Location>(loc), cookie_, s.handle, size_, after);
-    drop_storage_events(s);
+    for (Event e : after) engine_.host().release(e, 1);
+    after.clear();
+    s = Storage{};
   }
   std::lock_guard registry(engine_.registry_mutex_);
   engine_.registry_.erase(registered_);
@@ -59,19 +62,8 @@ void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }
 // Statuses through ops_: during an enqueue its batch remembers them, and a
 // batch of commands' buffers all ask about the same commands.
 void Buffer::prune_users(Storage& s) {
-  std::erase_if(s.users, [&](Event u) {
-    if (!ops_.done(u)) return false;
-    drop(u);
-    return true;
-  });
+  std::erase_if(s.users, [&](Event u) { return ops_.done(u); });
   s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
-}
-
-void Buffer::drop_storage_events(Storage& s) {
-  for (Event e : s.users) drop(e);
-  for (Event e : s.fences) drop(e);
-  for (Event e : s.write_backs) drop(e);
-  s = Storage{};
 }
 
 bool Buffer::has_storage(Location at) const {

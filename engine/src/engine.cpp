@@ -1,7 +1,9 @@
 #include "memlayer/engine/engine.hpp"
 
+#include "command_table.hpp"
 #include "transaction.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,12 +20,14 @@ bool fast_path_by_default() {
 
 }  // namespace
 
-Engine::Engine(Host& host) : host_(host) { fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed); }
+Engine::Engine(Host& host) : host_(host), table_(std::make_unique<CommandTable>(host)) { fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed); }
 
 Engine::~Engine() = default;
 
 std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Location at, Event command,
                                             Submission& out) {
+  if (table_->failed_kept() >= sweep_at_.load(std::memory_order_relaxed)) [[unlikely]]
+    sweep_failed();
   out.clear();
   out.host_ = &host_;
   return Transaction(*this, uses, at, command, out).run();
@@ -34,6 +38,34 @@ std::optional<EnqueueError> Engine::place(Buffer& buffer, Location at, Submissio
   out.host_ = &host_;
   const BufferUse use{&buffer, {0, buffer.size(), migration::Access::read}};
   return Transaction(*this, std::span(&use, 1), at, nullptr, out).run_place();
+}
+
+void Engine::sweep_failed() {
+  // Failed before the buffers are looked at: a name enters a record only
+  // as a new command or copy, running, so one of these that no buffer
+  // names now never will again (CommandTable::recycle_unnamed).
+  std::vector<Event> candidates, named;
+  try {
+    table_->failed_names(candidates);
+    std::lock_guard registry(registry_mutex_);
+    for (Buffer* b : registry_) {
+      std::unique_lock lock(b->mutex_, std::try_to_lock);
+      if (!lock) {
+        sweep_at_.store(table_->failed_kept() + 64, std::memory_order_relaxed);
+        return;
+      }
+      b->versions_.events(named);
+      for (const Buffer::Storage& st : b->storage_)
+        for (const std::vector<Event>* list : {&st.users, &st.fences, &st.write_backs})
+          named.insert(named.end(), list->begin(), list->end());
+    }
+  } catch (const std::bad_alloc&) {
+    sweep_at_.store(table_->failed_kept() + 64, std::memory_order_relaxed);
+    return;
+  }
+  std::sort(named.begin(), named.end());
+  table_->recycle_unnamed(candidates, named);
+  sweep_at_.store(std::max(kFirstSweep, 2 * table_->failed_kept()), std::memory_order_relaxed);
 }
 
 EngineStats Engine::stats() const noexcept {

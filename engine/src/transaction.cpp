@@ -20,8 +20,8 @@ EnqueueError error(EnqueueError::Code code, std::string message) { return Enqueu
 
 Transaction::Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command,
                          Submission& out)
-    : engine_(engine), host_(engine.host()), uses_(uses), at_(at), command_(command), out_(out),
-      s_(*out.scratch_) {}
+    : engine_(engine), host_(engine.host()), table_(*engine.table_), uses_(uses), at_(at), host_command_(command),
+      out_(out), s_(*out.scratch_) {}
 
 Transaction::~Transaction() {
   // Only when an exception left run() half-way (a broken invariant: nothing
@@ -51,6 +51,8 @@ std::optional<EnqueueError> Transaction::run() {
   try {
     group_uses();
     out_.storage_.assign(uses_.size(), 0);
+    command_ = table_.make(host_command_, false);
+    if (command_ == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (fast_path()) {  // committed: nothing more can fail
@@ -103,17 +105,14 @@ std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
   out_.clear();
   if (e.code == EnqueueError::Code::device_busy) out_.waits_.swap(s_.room_after);  // their references move
   release_all(s_.room_after);
+  table_.discard(command_);  // nothing records it
+  command_ = nullptr;
   return e;
 }
 
 void Transaction::release_all(std::vector<Event>& events) noexcept {
   for (Event e : events) drop(e);
   events.clear();
-}
-
-void Transaction::hold(Event e) noexcept {
-  if (s_.refs.active()) s_.refs.count(e, +1);
-  else host_.retain(e, 1);
 }
 
 void Transaction::drop(Event e) noexcept {
@@ -246,7 +245,7 @@ std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
     b.versions_.undo_only_at_writers(at_, s_.after);
     if (writing_back(b, st)) s_.after.insert(s_.after.end(), st.write_backs.begin(), st.write_backs.end());
     if (!s_.after.empty()) {
-      wait_for_room(s_.after, Retain::batched);
+      wait_for_room(s_.after);
       waiting = true;
       continue;
     }
@@ -299,9 +298,12 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
     Allocation a = host_.allocate(loc, b.cookie(), b.size());
     if (a.outcome == Allocation::Outcome::ok) {
       release_all(a.room_after);  // none: they come with `full`
+      if (!adopt_fences(b, loc, a)) {
+        return error(EnqueueError::Code::host_out_of_memory,
+                     host_.location_name(loc) + ": no host memory to record what a new storage waits for");
+      }
       st.allocated = true;
       st.handle = a.handle;
-      st.fences = std::move(a.fences);  // the host handed us their references
       if (!for_eviction) s_.placed.push_back({&b, loc});
       return std::nullopt;
     }
@@ -344,25 +346,44 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
   }
 }
 
-// Adds `events` to what a device_busy failure waits for, each once,
-// retained now or with this enqueue's batch (while the buffer that names
-// them stays locked until the batch is applied).
-void Transaction::wait_for_room(std::span<const Event> events, Retain when) {
-  for (Event e : events) {
-    if (std::find(s_.room_after.begin(), s_.room_after.end(), e) != s_.room_after.end()) continue;
-    s_.room_after.push_back(e);  // first: out of memory, nothing is held
-    if (when == Retain::now) host_.retain(e, 1);
-    else hold(e);
+// The fences of new storage at `loc` for `b` (Allocation::fences, whose
+// references the host handed over) become the storage's, as names. False,
+// the storage given back and nothing held, when they cannot be recorded.
+bool Transaction::adopt_fences(Buffer& b, Location loc, Allocation& a) {
+  Storage& st = b.storage(loc);
+  std::size_t made = 0;
+  try {
+    st.fences.reserve(a.fences.size());
+    for (; made < a.fences.size(); ++made) {
+      const Event name = table_.make(a.fences[made], true);
+      if (name == nullptr) break;
+      st.fences.push_back(name);
+    }
+  } catch (const std::bad_alloc&) {
+  }
+  if (made == a.fences.size()) return true;
+  host_.free(loc, b.cookie(), a.handle, b.size(), a.fences);
+  for (Event name : st.fences) table_.discard(name);  // the references adopted so far
+  for (std::size_t i = made; i < a.fences.size(); ++i) host_.release(a.fences[i], 1);
+  st.fences.clear();
+  return false;
+}
+
+// Adds the host events of `names` to what a device_busy failure waits for,
+// each once, retained (names that completed: nothing to wait for).
+void Transaction::wait_for_room(std::span<const Event> names) {
+  for (Event n : names) {
+    migration::detail::reserve_more(s_.room_after, 1);  // first: out of memory, nothing is held
+    const Event e = table_.retain_host(n);
+    if (e == nullptr) continue;
+    if (std::find(s_.room_after.begin(), s_.room_after.end(), e) != s_.room_after.end()) drop(e);
+    else s_.room_after.push_back(e);
   }
 }
 
-// Whether `st`'s write-backs are still running; drops those that ended.
-bool Transaction::writing_back(Buffer& b, Storage& st) {
-  std::erase_if(st.write_backs, [&](Event e) {
-    if (!host_.finished(e)) return false;
-    b.drop(e);
-    return true;
-  });
+// Whether `st`'s write-backs are still running; forgets those that ended.
+bool Transaction::writing_back(Buffer&, Storage& st) {
+  std::erase_if(st.write_backs, [&](Event e) { return table_.finished(e); });
   return !st.write_backs.empty();
 }
 
@@ -415,10 +436,10 @@ std::optional<Transaction::VictimRank> Transaction::rank_victim(Buffer& b, Locat
   if (b.storage_.size() <= loc || !b.storage_[loc].allocated || !host_.can_evict(b.cookie(), loc)) return std::nullopt;
   Storage& st = b.storage_[loc];
   if (writing_back(b, st)) {
-    wait_for_room(st.write_backs, Retain::now);
+    wait_for_room(st.write_backs);
     return std::nullopt;
   }
-  const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return host_.finished(e); });
+  const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return table_.finished(e); });
   return VictimRank{b.versions_.undo_only_at(loc), b.versions_.write_back_needed(loc), idle, st.last_use};
 }
 
@@ -562,7 +583,7 @@ bool Transaction::plan_evict_now(Buffer& victim, Location loc) {
   plan_eviction(victim, loc, s_.evict_plan);  // settles first: judge the bytes after it
   count_lost(victim.versions_.bytes_lost() - lost);
   return std::all_of(plan.copies.begin(), plan.copies.end(), [&](const migration::Copy& c) {
-    return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return host_.finished(e); });
+    return std::all_of(c.wait.begin(), c.wait.end(), [&](Event e) { return table_.finished(e); });
   });
 }
 
@@ -599,8 +620,7 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
     s_.copy_events.resize(first_event);
     throw;
   }
-  host_.free(loc, victim->cookie(), st.handle, victim->size(), s_.after);
-  victim->drop_storage_events(st);
+  free_storage(*victim, loc, st, s_.after);
   for (std::size_t i = first_event; i < s_.copy_events.size(); ++i)
     victim->add_user(victim->storage(kHost), s_.copy_events[i]);
   s_.copy_events.resize(first_event);
@@ -645,16 +665,11 @@ std::optional<std::size_t> Transaction::make_write_backs(Buffer& victim, const m
 // first, so the list holds only unfinished ones.
 void Transaction::fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event) {
   Storage& host = victim.storage(kHost);
-  std::erase_if(host.fences, [&](Event f) {
-    if (!host_.finished(f)) return false;
-    drop(f);
-    return true;
-  });
+  std::erase_if(host.fences, [&](Event f) { return table_.finished(f); });
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
     const Event e = s_.copy_events[first_event + i];
     if (!plan.copies[i].undo || e == nullptr) continue;
     host.fences.push_back(e);  // room made in make_write_backs()
-    hold(e);
   }
 }
 
@@ -679,8 +694,7 @@ bool Transaction::write_back(Buffer& victim, Location loc, const migration::Plan
     victim.add_user(st, e);
     victim.add_user(victim.storage(kHost), e);
     st.write_backs.push_back(e);
-    victim.hold(e);
-    wait_for_room(std::span(&e, 1), Retain::batched);
+    wait_for_room(std::span(&e, 1));
   }
   s_.copy_events.resize(*first_event);
   return true;
@@ -767,7 +781,7 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
   // Fences only order: one that ended (a failed undo write-back too,
   // fence_host()) is nothing to wait for.
   for (Event f : b.storage(c.dst).fences)
-    if (!host_.finished(f)) add_dep(f, first_dep);
+    if (!table_.finished(f)) add_dep(f, first_dep);
   const std::size_t dep_count = s_.deps.size() - first_dep;
   s_.also.clear();
   c.also.for_each([&](Location l) {
@@ -795,12 +809,14 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
     drop_deps();  // held for a copy that does not exist
     throw;        // the enqueue fails with it (error_of_exception)
   }
-  if (h.event == nullptr) {
+  const Event name = h.event == nullptr ? nullptr : table_.make(h.event, false);
+  if (name == nullptr) {
+    if (h.event != nullptr) host_.discard_copy(std::move(h));
     drop_deps();
     return false;
   }
-  s_.copy_events.push_back(h.event);
-  s_.pending.push_back({std::move(h), first_dep, dep_count, false});
+  s_.copy_events.push_back(name);
+  s_.pending.push_back({std::move(h), name, first_dep, dep_count, false});
   return true;
 }
 
@@ -824,11 +840,7 @@ void Transaction::commit_all() {
       });
     }
     Storage& st = b.storage(at_);
-    std::erase_if(st.fences, [&](Event f) {
-      if (!host_.finished(f)) return false;
-      drop(f);
-      return true;
-    });
+    std::erase_if(st.fences, [&](Event f) { return table_.finished(f); });
     for (Event f : st.fences) add_wait(f);
     b.add_user(st, command_);
     st.last_use = stamp_;
@@ -842,10 +854,24 @@ void Transaction::commit_all() {
 void Transaction::rollback() {
   for (const EnqueueScratch::Placed& p : s_.placed) {
     Storage& st = p.buffer->storage(p.at);
-    host_.free(p.at, p.buffer->cookie(), st.handle, p.buffer->size(), st.fences);
-    p.buffer->drop_storage_events(st);
+    free_storage(*p.buffer, p.at, st, st.fences);  // st.fences: translated, then reset with st
   }
   s_.placed.clear();
+}
+
+// Gives `b`'s storage at `loc` back to the host, to be reused once what
+// `names` name has finished, and forgets the storage. The names become
+// their host events in place (those that completed are left out), so that
+// a rollback allocates nothing.
+void Transaction::free_storage(Buffer& b, Location loc, Storage& st, std::vector<Event>& names) {
+  std::size_t n = 0;
+  for (Event name : names)
+    if (const Event e = table_.retain_host(name)) names[n++] = e;
+  names.resize(n);
+  host_.free(loc, b.cookie(), st.handle, b.size(), names);
+  for (Event e : names) drop(e);
+  names.clear();
+  st = Storage{};
 }
 
 // Starts the copies whose effects were committed and drops the others, then
@@ -854,8 +880,12 @@ void Transaction::rollback() {
 void Transaction::start_copies() noexcept {
   for (EnqueueScratch::Pending& p : s_.pending) {
     const auto deps = std::span(s_.deps).subspan(p.first_dep, p.dep_count);
-    if (p.start) host_.submit_copy(std::move(p.copy), deps);
-    else host_.discard_copy(std::move(p.copy));
+    if (p.start) {
+      host_.submit_copy(std::move(p.copy), deps);
+    } else {
+      host_.discard_copy(std::move(p.copy));
+      table_.discard(p.name);  // nothing records it
+    }
     for (Event e : deps) drop(e);
   }
   s_.pending.clear();
@@ -865,26 +895,36 @@ void Transaction::start_copies() noexcept {
 // ---- event lists ----------------------------------------------------------
 
 // Finished events stay in: one that failed must fail what depends on it.
-void Transaction::add_dep(Event e, std::size_t from) {
-  if (e == nullptr) return;
-  if (std::find(s_.deps.begin() + static_cast<std::ptrdiff_t>(from), s_.deps.end(), e) != s_.deps.end()) return;
-  s_.deps.push_back(e);  // first: out of memory, nothing is held
-  hold(e);
+// The caller made room in s_.deps.
+void Transaction::add_dep(Event name, std::size_t from) {
+  const Event e = table_.retain_host(name);
+  if (e == nullptr) return;  // completed: nothing to wait for
+  if (std::find(s_.deps.begin() + static_cast<std::ptrdiff_t>(from), s_.deps.end(), e) != s_.deps.end()) {
+    drop(e);
+    return;
+  }
+  s_.deps.push_back(e);
 }
 
 // A short list is searched; a long one (a writer after many queued
 // readers) takes the event as it comes and is sorted once, by
 // dedupe_waits(), so that a writer's cost grows with its waits, not with
 // their square.
-void Transaction::add_new_wait(Event e) {
+void Transaction::add_new_wait(Event name) {
   constexpr std::size_t kSearched = 32;
+  last_wait_ = name;
+  migration::detail::reserve_more(out_.waits_, 1);  // first: out of memory, nothing is held
+  const Event e = table_.retain_host(name);
+  if (e == nullptr) return;  // completed: nothing to wait for
   if (out_.waits_.size() < kSearched) {
-    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) return;
+    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) {
+      drop(e);
+      return;
+    }
   } else {
     waits_unsearched_ = true;
   }
-  out_.waits_.push_back(e);  // first: out of memory, nothing is held
-  hold(e);
+  out_.waits_.push_back(e);
 }
 
 void Transaction::dedupe_waits() noexcept {

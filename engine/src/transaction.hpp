@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "command_table.hpp"
 #include "memlayer/engine/engine.hpp"
 #include "ref_batch.hpp"
 
@@ -27,6 +28,7 @@ struct EnqueueScratch {
   /// it waits for deps[first_dep, first_dep + dep_count), each retained.
   struct Pending {
     CopyHandle copy;
+    Event name;  // the engine's name for its event (discarded if it never starts)
     std::size_t first_dep, dep_count;
     bool start;  // its plan was committed; else it is dropped
   };
@@ -48,9 +50,9 @@ struct EnqueueScratch {
   std::vector<migration::Plan> with_copies;  // the plans that copy, by Group::plan
   const migration::Plan no_copies{};         // stands for the plans of the others
   migration::Plan evict_plan;
-  std::vector<Event> copy_events;
+  std::vector<Event> copy_events;  // the copies' names
   std::vector<Pending> pending;
-  std::vector<Event> deps;
+  std::vector<Event> deps;  // host events, retained
   std::vector<CopySource> also;  // scratch for CopyRequest::also
   std::vector<Placed> placed;
   std::vector<std::size_t> to_place;  // groups whose storage Transaction::place_all() places
@@ -63,9 +65,11 @@ struct EnqueueScratch {
   std::vector<EvictionCandidate> told;
   std::vector<std::size_t> asked;
   std::vector<std::size_t> victims;
-  std::vector<Event> after;       // scratch for Host::free
-  std::vector<Event> room_after;  // what a device_busy failure waits for, retained
-  RefBatch refs;                  // active while buffers are locked
+  std::vector<Event> after;       // names: what Host::free must wait for (then host events)
+  std::vector<Event> room_after;  // host events: what a device_busy failure waits for, retained
+  // Active while buffers are locked: the statuses looked up, and the host
+  // references this enqueue drops.
+  RefBatch refs;
 };
 
 class Transaction {
@@ -123,8 +127,8 @@ class Transaction {
   void fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
   bool writing_back(Buffer& b, Storage& st);
-  enum class Retain : std::uint8_t { now, batched };
-  void wait_for_room(std::span<const Event> events, Retain when);
+  void wait_for_room(std::span<const Event> names);
+  bool adopt_fences(Buffer& b, Location loc, Allocation& a);
   std::optional<EnqueueError> plan_all();
   std::optional<EnqueueError> create_copies();
   bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind);
@@ -133,19 +137,22 @@ class Transaction {
   void rollback();
   void start_copies() noexcept;
 
-  void add_dep(Event e, std::size_t from);  // to scratch.deps, retained, once
-  // To out.waits, retained, once. Most often the wait just added (a
-  // command's buffers share their last writer): that look is inline.
-  void add_wait(Event e) {
-    if (e == nullptr || e == command_ || (!out_.waits_.empty() && out_.waits_.back() == e)) return;
-    add_new_wait(e);
+  void add_dep(Event name, std::size_t from);  // to scratch.deps as a host event, retained, once
+  // To out.waits as a host event, retained, once (none: it completed). Most
+  // often the wait just added (a command's buffers share their last
+  // writer): that look is inline.
+  void add_wait(Event name) {
+    if (name == nullptr || name == command_ || name == last_wait_) return;
+    add_new_wait(name);
   }
-  void add_new_wait(Event e);
+  void add_new_wait(Event name);
   void dedupe_waits() noexcept;  // what add_new_wait() did not search
-  void release_all(std::vector<Event>& events) noexcept;  // and clears them
-  // One reference more or less: batched while buffers are locked.
-  void hold(Event e) noexcept;
+  void release_all(std::vector<Event>& events) noexcept;  // host events; and clears them
+  // One host reference fewer: batched while buffers are locked.
   void drop(Event e) noexcept;
+  // Host::free of `b`'s storage at `loc` after the events `names` name
+  // (overwritten: allocates nothing).
+  void free_storage(Buffer& b, Location loc, Storage& st, std::vector<Event>& names);
   std::optional<EnqueueError> fail(EnqueueError e);  // undoes this enqueue
   void count_copy(const migration::Copy& c);
   void count_write_back(const migration::Plan& plan);
@@ -153,9 +160,12 @@ class Transaction {
 
   Engine& engine_;
   Host& host_;
+  CommandTable& table_;
   std::span<const BufferUse> uses_;
   Location at_;
-  Event command_;
+  Event host_command_;      // the host's event for the command
+  Event command_ = nullptr;  // its name, once run() made it
+  Event last_wait_ = nullptr;  // the name add_new_wait() saw last
   Submission& out_;
   EnqueueScratch& s_;
   std::uint64_t stamp_ = 0;

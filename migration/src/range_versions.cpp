@@ -882,4 +882,18 @@ void RangeVersions::walk(const std::function<void(const SpanInfo&)>& visit) cons
   }
 }
 
+void RangeVersions::events(std::vector<Event>& out) const {
+  auto span_events = [&](const Span& s) {
+    for (const Holder& h : s.holders)
+      if (h.ready != nullptr) out.push_back(h.ready);
+    if (s.last_writer != nullptr) out.push_back(s.last_writer);
+    out.insert(out.end(), s.readers.begin(), s.readers.end());
+  };
+  for (const auto& [offset, s] : spans_) span_events(s);
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    out.push_back(undo_[i].writer);
+    span_events(undo_[i].before);
+  }
+}
+
 }  // namespace memlayer::migration

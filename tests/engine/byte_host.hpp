@@ -90,6 +90,9 @@ class ByteHost final : public Host {
   EventStatus status(Event e) const noexcept override {
     ++status_calls;
     const Task& t = *static_cast<const Task*>(e);
+    // A host may free an event nobody holds: the engine asks only about
+    // those it holds a reference to (its command table's slots).
+    EXPECT_GT(t.refs, 0) << "the status of task " << t.id << " was asked with no reference held";
     if (!t.done) return EventStatus::running;
     // Like PoCL, which keeps no record of whether a failed command started.
     if (faults.report_failed && t.outcome == EventStatus::cancelled) return EventStatus::failed;

@@ -130,9 +130,9 @@ TEST_F(EngineTest, UndefinedContentNeverMigrates) {
   EXPECT_EQ(engine_->stats().bytes_migrated, 4096u);
 }
 
-// A kernel with many buffer arguments takes its own event and drops its
-// predecessor's hundreds of times (planner records, storage users, waits);
-// the host sees the net count once per event (RefBatch).
+// A kernel with many buffer arguments is named in hundreds of records
+// (planner records, storage users, waits): the host sees one reference
+// taken for its command (the command table's) and one for its wait.
 TEST_F(EngineTest, AnEnqueueHandsTheHostOneReferenceCountPerEvent) {
   constexpr int kBuffers = 64;
   std::vector<BufferUse> uses;
@@ -142,11 +142,39 @@ TEST_F(EngineTest, AnEnqueueHandsTheHostOneReferenceCountPerEvent) {
   const int calls_before = host_.reference_calls;
   Task* second = enqueue(uses, 1);
   ASSERT_NE(second, nullptr);
-  EXPECT_EQ(host_.reference_calls - calls_before, 2) << "one retain of the new command, one release of the old";
+  EXPECT_EQ(host_.reference_calls - calls_before, 2) << "one retain of the new command, one of the old as its wait";
   // The new command waits for the old one once, not once per buffer.
   ASSERT_EQ(sub_.waits().size(), 1u);
   EXPECT_EQ(sub_.waits()[0], first);
   host_.run_all();
+}
+
+// A failed command must read "failed" while a record names it (its undo
+// is still to be put back; what waits for it must fail), so the engine's
+// command table keeps its event; once no buffer names it, the event goes
+// back to the host (Engine::sweep_failed), not only when the engine goes.
+TEST_F(EngineTest, AFailedCommandsEventGoesBackOnceNoBufferNamesIt) {
+  std::vector<Task*> failed;
+  for (int i = 0; i < 300; ++i) {
+    Buffer& b = make(64, false);
+    Task& gate = host_.user_event();
+    Task& writer = host_.command(nullptr);
+    ASSERT_FALSE(engine_->enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &writer, sub_));
+    const std::vector<Task*> gated{&gate};
+    host_.start(writer, sub_.waits(), gated);
+    sub_.clear();
+    host_.end_user(gate, false);
+    host_.run_all();
+    ASSERT_TRUE(writer.failed());
+    failed.push_back(&writer);
+    ASSERT_NE(enqueue({{&b, {0, 64, Access::read}}}, 1), nullptr);  // sees the failure, puts b back
+    host_.run_all();
+    buffers_.pop_back();  // nothing names the writer any more
+  }
+  EXPECT_EQ(failed.front()->refs, 0) << "the first failed command's event is still held";
+  int held = 0;
+  for (const Task* t : failed) held += t->refs > 0 ? 1 : 0;
+  EXPECT_LE(held, 256) << "failed commands' events pile up";
 }
 
 TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
@@ -707,6 +735,9 @@ TEST_F(EngineTest, ARoomWaitEndsAtTheFirstFinishedEventAndAtItsLimit) {
   host_.start(done, {});
   host_.run_all();
   ASSERT_TRUE(done.done);
+  // Held, as a Submission holds what waits() names.
+  host_.retain(&gated, 1);
+  host_.retain(&done, 1);
   RoomWait room(host_);
   const auto limit = std::chrono::milliseconds(100);
   const std::vector<Event> both = {&gated, &done};
@@ -721,6 +752,8 @@ TEST_F(EngineTest, ARoomWaitEndsAtTheFirstFinishedEventAndAtItsLimit) {
   EXPECT_FALSE(room.wait(both, std::chrono::hours(1))) << "the first wait's limit, over every try";
   EXPECT_FALSE(room.wait({}, limit));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  host_.release(&gated, 1);
+  host_.release(&done, 1);
 }
 
 TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersFinish) {

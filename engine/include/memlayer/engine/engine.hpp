@@ -60,6 +60,7 @@
 
 namespace memlayer::engine {
 
+class CommandTable;
 class Engine;
 class RefBatch;
 struct EnqueueScratch;
@@ -76,8 +77,8 @@ class Buffer {
   /// a size of 0. O(1).
   Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content);
   /// Hands every storage back to the host (Host::free, after its last
-  /// users) and drops the event references. Waits for an eviction that is
-  /// working on this buffer on another thread. O(locations + spans).
+  /// users). Waits for an eviction that is working on this buffer on
+  /// another thread. O(locations + storage users).
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -101,6 +102,9 @@ class Buffer {
   friend struct EnqueueScratch;
   friend class Transaction;
 
+  // Its events, like every Event the engine records, are the engine's
+  // names for them (engine/src/command_table.hpp): copied freely, never
+  // counted.
   struct Storage {
     bool allocated = false;
     StorageHandle handle = 0;
@@ -128,23 +132,18 @@ class Buffer {
   void add_user(Storage& s, Event e) {
     if (!s.users.empty() && s.users.back() == e) return;
     if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
-    s.users.push_back(e);  // first: out of memory, nothing is held
-    hold(e);
+    s.users.push_back(e);
   }
   void prune_users(Storage& s);
-  void drop_storage_events(Storage& s);
-  // `n` references more or fewer to `e`: to the batch of the enqueue that
-  // holds this buffer's lock, if any (ops_.batch); else to the host at once.
-  void hold(Event e, int n = 1) const { ops_.hold(e, n); }
-  void drop(Event e, int n = 1) const { ops_.drop(e, n); }
-  static migration::EventOps ops_of(Host& host);
+  static migration::EventOps ops_of(CommandTable& table);
 
   Engine& engine_;
   void* cookie_;
   std::uint64_t size_;
   mutable detail::BufferLock mutex_;  // guards everything below
-  // The planner's view of events; ops_.batch is set by the enqueue that
-  // holds mutex_.
+  // The planner's view of events: the engine's names, counted by nobody,
+  // their statuses from the command table; ops_.batch (set by the enqueue
+  // that holds mutex_) remembers those looked up.
   migration::EventOps ops_;
   migration::RangeVersions versions_;
   std::vector<Storage> storage_;  // by location, grown on demand
@@ -290,7 +289,17 @@ class Engine {
   friend class Buffer;
   friend class Transaction;
 
+  // Recycles the command table's failed slots that no buffer names any
+  // more, once there are sweep_at_ of them (then twice those left, at
+  // least kFirstSweep): without it a failed command's event would stay held
+  // for the engine's life. Called with no buffer locked; gives up (for 64
+  // more) when another thread holds a buffer.
+  void sweep_failed();
+  static constexpr std::size_t kFirstSweep = 256;
+
   Host& host_;
+  std::unique_ptr<CommandTable> table_;  // every Event the engine records is its name
+  std::atomic<std::size_t> sweep_at_{kFirstSweep};
   std::mutex registry_mutex_;
   std::list<Buffer*> registry_;  // every live buffer, for eviction
   // Bumped by every enqueue (its stamp: Storage::last_use, and the count of

@@ -45,23 +45,23 @@ struct EventOps {
   /// EventStatus: the struct matches the C API's ml_event_ops.)
   int (*status)(void* context, Event e) = nullptr;
   /// While not null, hold() and drop() count in it (inline, no call) and
-  /// the runtime hands the sums to retain/release later (ref_batch.hpp).
-  /// Set and cleared by the runtime while it holds the records' lock. (Not
-  /// in ml_event_ops: C runtimes never batch.)
+  /// the runtime hands the sums to retain/release later (ref_batch.hpp),
+  /// and status() answers are remembered there. Set and cleared by the
+  /// runtime while it holds the records' lock. (Not in ml_event_ops: C
+  /// runtimes never batch.)
   RefBatch* batch = nullptr;
 
-  /// `n` references more / fewer to `e` (nothing for nullptr). O(1).
+  /// `n` references more / fewer to `e` (nothing for nullptr, nor when
+  /// events need no counting: `retain` null, whatever `batch`). O(1).
   void hold(Event e, int n = 1) const {
-    if (e == nullptr) return;
+    if (e == nullptr || retain == nullptr) return;
     if (batch != nullptr) return batch->count(e, n);
-    if (retain != nullptr)
-      for (int i = 0; i < n; ++i) retain(context, e);
+    for (int i = 0; i < n; ++i) retain(context, e);
   }
   void drop(Event e, int n = 1) const {
-    if (e == nullptr) return;
+    if (e == nullptr || release == nullptr) return;
     if (batch != nullptr) return batch->count(e, -n);
-    if (release != nullptr)
-      for (int i = 0; i < n; ++i) release(context, e);
+    for (int i = 0; i < n; ++i) release(context, e);
   }
   /// nullptr counts as a command that completed long ago.
   /// While `batch` is set, the last statuses looked up are remembered there

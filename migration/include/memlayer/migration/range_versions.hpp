@@ -225,6 +225,12 @@ class RangeVersions {
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
 
+  /// Appends every event this object names (span holders, last writers,
+  /// readers; undo records), maybe more than once: with them, a runtime
+  /// that recycles event handles knows which it may not (the engine's
+  /// command table). Throws std::bad_alloc (out grows). O(spans × (locations
+  /// + readers) + unfinished writers).
+  void events(std::vector<Event>& out) const;
   /// The spans in offset order. O(spans).
   void walk(const std::function<void(const SpanInfo&)>& visit) const;
   [[nodiscard]] std::size_t span_count() const noexcept { return spans_.size(); }

@@ -105,7 +105,9 @@ class RefBatch {
   };
   static constexpr unsigned kMemoBits = 7;
   static std::size_t memo_slot(Event e) noexcept {
-    return (reinterpret_cast<std::uintptr_t>(e) >> 4) * 0x9E3779B97F4A7C15ull >> (64 - kMemoBits);
+    // Every bit counts: an event may be a pointer (its low bits zero) or a
+    // name whose low bits are a slot index (engine/src/command_table.hpp).
+    return reinterpret_cast<std::uintptr_t>(e) * 0x9E3779B97F4A7C15ull >> (64 - kMemoBits);
   }
   // Forgets every remembered status: O(1), the table is cleared only when
   // the generation wraps.

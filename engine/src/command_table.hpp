@@ -1,0 +1,142 @@
+// The engine's command table: one slot per command (or copy, or fence) the
+// engine records, so that its records name commands without counting
+// references to the host's events.
+//
+// Inside the engine every Event is a *name* the table made: the slot's
+// index and its generation. The slot holds the host's event with one
+// reference, taken when the name is made, and its final status once known.
+// Records (the planner's spans and undo records, the storages' users and
+// fences) copy names freely: no count is taken or dropped per record. A
+// slot whose command completed gives its event back to the host and is
+// recycled under the next generation, so that every name still naming it
+// reads "completed long ago" (doc/engine.md, the command table). Host events
+// cross at the engine's edges only: make() when a command, a copy or a
+// fence comes in, retain_host() when the engine hands one back (a wait, a
+// copy's dependency, what Host::free waits for).
+//
+// Two rules make that safe:
+//   * A status look at a slot still running asks the host with the slot's
+//     event. It pins the slot first and looks again; the event goes back to
+//     the host only once the final status is cached and no pin is left, and
+//     a look that pins after that reads the cached status and never touches
+//     the event.
+//   * A slot whose command failed or was cancelled keeps reading so, and
+//     keeps its event (a command that waits for it must fail with it): it
+//     is recycled only by sweep(), once no record names it.
+//
+// Thread-safety: every member function may be called from any thread at
+// once. The free slots are a lock-free stack; only adding a block of slots
+// takes a mutex.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "memlayer/engine/host.hpp"
+
+namespace memlayer::engine {
+
+class CommandTable {
+ public:
+  /// Events are the host's; `host` must outlive the table.
+  explicit CommandTable(Host& host);
+  /// Gives every event the table still holds back to the host.
+  ~CommandTable();
+  CommandTable(const CommandTable&) = delete;
+  CommandTable& operator=(const CommandTable&) = delete;
+
+  /// A new name for host event `e` (not nullptr), running. The table holds
+  /// one reference to `e` from now on: it takes one (`adopt` false) or takes
+  /// over one the caller holds (`adopt` true). nullptr when no slot can be
+  /// had (no host memory for a new block of slots): then nothing is taken.
+  /// O(1) amortised; a block of slots is added, or up to 64 running slots
+  /// are looked at again (finding those that completed unseen), when none
+  /// is free.
+  [[nodiscard]] Event make(Event e, bool adopt) noexcept;
+  /// Gives back a name nothing records (the command of an enqueue that
+  /// failed, a copy never started): its event's reference goes back to the
+  /// host, the slot is free. O(1).
+  void discard(Event name) noexcept;
+
+  /// How the command named stands (nullptr, or a recycled slot: completed).
+  /// O(1): a load once the status is final; else a call of Host::status.
+  [[nodiscard]] EventStatus status(Event name) noexcept;
+  [[nodiscard]] bool finished(Event name) noexcept { return status(name) != EventStatus::running; }
+  /// The host's event behind `name`, with one reference more for the
+  /// caller; nullptr when it completed (nothing is left to wait for). A
+  /// failed one is returned: what waits for it must fail. O(1).
+  [[nodiscard]] Event retain_host(Event name) noexcept;
+
+  /// Names that failed or were cancelled, kept until recycle_unnamed()
+  /// recycles them. O(1).
+  [[nodiscard]] std::size_t failed_kept() const noexcept { return failed_kept_.load(std::memory_order_relaxed); }
+  /// Appends the names of the slots failed or cancelled now. Throws
+  /// std::bad_alloc (out grows). O(slots).
+  void failed_names(std::vector<Event>& out) const;
+  /// Recycles each of `candidates` (failed_names()'s) that is not in
+  /// `named` (sorted): the caller has since seen every record the engine
+  /// holds, each whole, and no record names a failed command anew (names
+  /// enter the records only as new commands and copies, running). O(|candidates|
+  /// × log |named|).
+  void recycle_unnamed(std::span<const Event> candidates, std::span<const Event> named) noexcept;
+  /// Slots holding an event (for tests). O(slots).
+  [[nodiscard]] std::size_t holding() const noexcept;
+
+ private:
+  struct Slot {
+    // generation << 32 | released flag | state (kFree ... kFailed)
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint32_t> pins{0};
+    std::atomic<std::uint32_t> next_free{0};  // while free: the next free slot's index + 1, or 0
+    Event host = nullptr;  // written before `word` says running, read after
+  };
+  static constexpr unsigned kChunkBits = 12;
+  static constexpr std::size_t kChunk = std::size_t{1} << kChunkBits;
+  static constexpr std::size_t kMaxChunks = std::size_t{1} << 12;  // 16 M slots
+  static constexpr std::uint64_t kFree = 0, kRunning = 1, kCompleted = 2, kCancelled = 3, kFailed = 4;
+  static constexpr std::uint64_t kStateMask = 0xf, kReleased = 0x10;
+
+  static std::uint64_t word(std::uint32_t gen, std::uint64_t state) { return std::uint64_t{gen} << 32 | state; }
+  static std::uint32_t gen_of(std::uint64_t w) { return static_cast<std::uint32_t>(w >> 32); }
+  static std::uint64_t state_of(std::uint64_t w) { return w & kStateMask; }
+  static Event name_of(std::uint32_t index, std::uint32_t gen) {
+    return reinterpret_cast<Event>(std::uint64_t{gen} << 32 | (std::uint64_t{index} + 1));
+  }
+  static std::uint32_t index_of(Event name) {
+    return static_cast<std::uint32_t>((reinterpret_cast<std::uint64_t>(name) & 0xffffffffu) - 1);
+  }
+  static std::uint32_t gen_of(Event name) { return static_cast<std::uint32_t>(reinterpret_cast<std::uint64_t>(name) >> 32); }
+  static EventStatus status_of(std::uint64_t state);
+  static std::uint64_t state_for(EventStatus s);
+
+  Slot& slot(std::uint32_t index) const noexcept {
+    return chunks_[index >> kChunkBits].load(std::memory_order_acquire)[index & (kChunk - 1)];
+  }
+  void unpin(std::uint32_t index, Slot& s) noexcept;
+  void try_release(std::uint32_t index, Slot& s) noexcept;
+  void recycle(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;
+  void push_free(std::uint32_t first, std::uint32_t last) noexcept;  // slots first..last, linked already
+  bool pop_free(std::uint32_t& index) noexcept;
+  bool grow() noexcept;  // under mutex_
+  void look_again() noexcept;
+
+  Host& host_;
+  std::unique_ptr<std::atomic<Slot*>[]> chunks_;
+  std::vector<std::unique_ptr<Slot[]>> owned_;  // under mutex_
+  std::atomic<std::uint32_t> capacity_{0};      // slots in the chunks made
+  std::mutex mutex_;                            // adding a block
+  // The free slots: a stack through Slot::next_free; a tag in the high half,
+  // bumped by every pop, keeps a pop from taking a head that left and came
+  // back meanwhile. Low half: the top slot's index + 1, or 0.
+  std::atomic<std::uint64_t> free_top_{0};
+  std::atomic<std::uint32_t> hand_{0};  // look_again()'s next slot
+  std::atomic<std::size_t> failed_kept_{0};
+};
+
+}  // namespace memlayer::engine

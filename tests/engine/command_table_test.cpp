@@ -1,0 +1,182 @@
+// CommandTable (engine/src/command_table.hpp): names instead of counted
+// references. A completed slot gives its event back and reads "completed"
+// for good; a failed one keeps it until no record names it; the host is
+// never asked about an event the table does not hold, even while other
+// threads finish, look up and recycle slots.
+#include "command_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using memlayer::engine::CommandTable;
+using memlayer::engine::Event;
+using memlayer::engine::EventStatus;
+
+// Events whose references and status are atomics; a status asked of an
+// event with no reference held counts as a violation (a host may have
+// freed it).
+struct FakeEvent {
+  std::atomic<int> refs{0};
+  std::atomic<int> status{0};  // EventStatus as int
+};
+
+class AtomicHost final : public memlayer::engine::Host {
+ public:
+  std::atomic<int> unheld_status{0}, over_released{0};
+
+  void retain(Event e, std::uint32_t count) noexcept override { ev(e).refs += static_cast<int>(count); }
+  void release(Event e, std::uint32_t count) noexcept override {
+    if (ev(e).refs.fetch_sub(static_cast<int>(count)) < static_cast<int>(count)) ++over_released;
+  }
+  EventStatus status(Event e) const noexcept override {
+    if (ev(e).refs.load() <= 0) ++const_cast<AtomicHost*>(this)->unheld_status;
+    return static_cast<EventStatus>(ev(e).status.load());
+  }
+  memlayer::engine::Allocation allocate(memlayer::engine::Location, void*, std::uint64_t) override { return {}; }
+  void free(memlayer::engine::Location, void*, memlayer::engine::StorageHandle, std::uint64_t,
+            std::span<const Event>) noexcept override {}
+  memlayer::engine::CopyHandle create_copy(const memlayer::engine::CopyRequest&) override { return {}; }
+  void submit_copy(memlayer::engine::CopyHandle, std::span<const Event>) noexcept override {}
+  void discard_copy(memlayer::engine::CopyHandle) noexcept override {}
+  const memlayer::migration::CostModel& cost_model() const noexcept override { return cost_; }
+
+ private:
+  static FakeEvent& ev(Event e) { return *static_cast<FakeEvent*>(e); }
+  memlayer::migration::LinkCostModel cost_{{1e-6, 1e9}};
+};
+
+void finish(FakeEvent& e, EventStatus s) { e.status.store(static_cast<int>(s)); }
+
+TEST(CommandTable, ACompletedCommandsEventGoesBackAndItsNameReadsCompletedForGood) {
+  AtomicHost host;
+  CommandTable table(host);
+  FakeEvent a;
+  const Event name = table.make(&a, false);
+  ASSERT_NE(name, nullptr);
+  EXPECT_NE(name, static_cast<Event>(&a)) << "a name, not the host's event";
+  EXPECT_EQ(a.refs, 1);
+  EXPECT_EQ(table.status(name), EventStatus::running);
+  const Event waited = table.retain_host(name);
+  EXPECT_EQ(waited, static_cast<Event>(&a));
+  EXPECT_EQ(a.refs, 2);
+  host.release(waited, 1);
+
+  finish(a, EventStatus::completed);
+  EXPECT_EQ(table.status(name), EventStatus::completed);
+  EXPECT_EQ(a.refs, 0) << "the table gave the event back once it saw it complete";
+  EXPECT_EQ(table.holding(), 0u);
+  // The slot is recycled: the old name still reads completed, never the
+  // new command's status, and names nothing to wait for.
+  FakeEvent b;
+  const Event next = table.make(&b, false);
+  EXPECT_NE(next, name);
+  EXPECT_EQ(table.status(name), EventStatus::completed);
+  EXPECT_EQ(table.retain_host(name), nullptr);
+  EXPECT_EQ(table.status(next), EventStatus::running);
+  EXPECT_EQ(host.unheld_status, 0);
+}
+
+TEST(CommandTable, AFailedCommandKeepsItsEventUntilNoRecordNamesIt) {
+  AtomicHost host;
+  CommandTable table(host);
+  FakeEvent failed, cancelled;
+  const Event f = table.make(&failed, false);
+  const Event c = table.make(&cancelled, false);
+  finish(failed, EventStatus::failed);
+  finish(cancelled, EventStatus::cancelled);
+  EXPECT_EQ(table.status(f), EventStatus::failed);
+  EXPECT_EQ(table.status(c), EventStatus::cancelled);
+  EXPECT_EQ(table.failed_kept(), 2u);
+  EXPECT_EQ(failed.refs, 1) << "a command waiting for it must still get the event, to fail with it";
+  const Event w = table.retain_host(f);
+  EXPECT_EQ(w, static_cast<Event>(&failed));
+  host.release(w, 1);
+
+  std::vector<Event> candidates;
+  table.failed_names(candidates);
+  std::sort(candidates.begin(), candidates.end());
+  ASSERT_EQ(candidates.size(), 2u);
+  const std::vector<Event> named{c};  // a record still names the cancelled one
+  table.recycle_unnamed(candidates, named);
+  EXPECT_EQ(failed.refs, 0);
+  EXPECT_EQ(cancelled.refs, 1);
+  EXPECT_EQ(table.failed_kept(), 1u);
+  EXPECT_EQ(table.status(c), EventStatus::cancelled);
+  EXPECT_EQ(table.status(f), EventStatus::completed) << "recycled: long gone";
+}
+
+TEST(CommandTable, ADiscardedNameAndTheTableItselfGiveEveryEventBack) {
+  AtomicHost host;
+  std::array<FakeEvent, 3> events;
+  {
+    CommandTable table(host);
+    const Event unused = table.make(&events[0], false);
+    table.discard(unused);
+    EXPECT_EQ(events[0].refs, 0);
+    (void)table.make(&events[1], false);
+    events[2].refs = 1;  // adopted: the caller hands its reference over
+    (void)table.make(&events[2], true);
+    finish(events[2], EventStatus::failed);
+    EXPECT_EQ(table.holding(), 2u);
+  }
+  for (const FakeEvent& e : events) EXPECT_EQ(e.refs, 0);
+  EXPECT_EQ(host.over_released, 0);
+}
+
+// Commands that complete with nobody asking (a buffer not used again) are
+// found when the free slots run out, rather than held for ever.
+TEST(CommandTable, CommandsNobodyAsksAboutAreFoundWhenSlotsRunOut) {
+  AtomicHost host;
+  std::vector<FakeEvent> events(20000);
+  CommandTable table(host);
+  for (FakeEvent& e : events) {
+    (void)table.make(&e, false);
+    finish(e, EventStatus::completed);
+  }
+  EXPECT_LT(table.holding(), 4096u + 64u) << "the table grew instead of looking again";
+  EXPECT_EQ(host.unheld_status, 0);
+}
+
+// Threads make names, finish their events, and look names up (their own
+// and the others', stale ones too) all at once: the host is never asked
+// about an event the table no longer holds, and every reference comes back.
+TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
+  AtomicHost host;
+  constexpr int kThreads = 4, kPerThread = 20000;
+  std::vector<FakeEvent> events(kThreads * kPerThread);
+  std::vector<std::atomic<Event>> names(events.size());
+  {
+    CommandTable table(host);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          const std::size_t k = static_cast<std::size_t>(t) * kPerThread + static_cast<std::size_t>(i);
+          names[k].store(table.make(&events[k], false));
+          if (k >= 3) {
+            const std::size_t other = (k * 7919) % k;  // someone's earlier name, maybe recycled
+            if (Event n = names[other].load()) {
+              (void)table.status(n);
+              if (Event e = table.retain_host(n)) host.release(e, 1);
+            }
+            finish(events[k - 3], i % 97 == 0 ? EventStatus::failed : EventStatus::completed);
+          }
+          (void)table.status(names[k].load());
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+  }
+  EXPECT_EQ(host.unheld_status, 0);
+  EXPECT_EQ(host.over_released, 0);
+  for (const FakeEvent& e : events) ASSERT_EQ(e.refs, 0);
+}
+
+}  // namespace
