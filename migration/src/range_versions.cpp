@@ -168,6 +168,7 @@ void RangeVersions::set_holder(Span& s, Location l, Event ready) {
 // A span's one holder is most often ready with its last writer: one count
 // for both.
 void RangeVersions::hold_span(const Span& s) const {
+  if (ops_.retain == nullptr) return;  // events not counted (EventOps::hold)
   if (s.holders.size() == 1 && s.holders[0].ready == s.last_writer) {
     ops_.hold(s.last_writer, 2);
   } else {
@@ -178,6 +179,7 @@ void RangeVersions::hold_span(const Span& s) const {
 }
 
 void RangeVersions::drop_span(const Span& s) const {
+  if (ops_.release == nullptr) return;  // events not counted (EventOps::drop)
   if (s.holders.size() == 1 && s.holders[0].ready == s.last_writer) {
     ops_.drop(s.last_writer, 2);
   } else {
@@ -193,8 +195,16 @@ void RangeVersions::drop_span(const Span& s) const {
 // writers mostly complete in commit order, and one still running only holds
 // back the completed ones behind it until it ends. Amortised O(1).
 void RangeVersions::trim_completed() {
-  while (first_undo_ < undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed)
+  if (first_undo_ < undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed)
+    trim_from_first();
+}
+
+// trim_completed() once the oldest record's writer is known to have
+// completed (the callers that looked already).
+void RangeVersions::trim_from_first() {
+  do {
     forget_undo(first_undo_++);
+  } while (first_undo_ < undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed);
   if (first_undo_ == undo_.size()) {
     undo_.clear();
     first_undo_ = 0;
@@ -253,6 +263,7 @@ bool RangeVersions::restore_writer(Event writer) {
 // Drops record `index`'s references; the caller removes the record, or
 // leaves it spent (before first_undo_), where nothing reads it.
 void RangeVersions::forget_undo(std::size_t index) {
+  if (ops_.release == nullptr) return;  // events not counted: nothing to drop
   const Undo& r = undo_[index];
   drop_span(r.before);
   ops_.drop(r.writer);
@@ -508,7 +519,7 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
     const bool for_write = writes(access);
     // Most often the oldest record's writer is still running: nothing to
     // trim, known without the call.
-    if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
+    if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
     if (!settled(exact->second, for_write)) {
       settle_range(uses[0].offset, uses[0].offset + uses[0].size, for_write);
       exact = exact_span(uses);  // settling changed spans_: look again
@@ -552,7 +563,7 @@ std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location 
   const auto it = exact_span(std::span(&use, 1));
   if (it == spans_.end()) return std::nullopt;
   const bool for_write = writes(use.access);
-  if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_completed();
+  if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
   if (for_write && undo_.size() - first_undo_ >= kMaxUndo) return std::nullopt;  // write_span() would forget
   Span& s = it->second;
   if (!settled(s, for_write)) return std::nullopt;

@@ -126,12 +126,14 @@ class Host {
 
   // ---- events -------------------------------------------------------------
   /// Take / drop `count` (>= 1) references to `e` (never nullptr). The
-  /// engine sums the references it takes and drops while it holds buffer
-  /// locks and calls these once per event and enqueue with the net count,
-  /// so their cost (a lock each, say) is paid per distinct event, not per
-  /// buffer argument. O(1). May be called under engine locks: must not run
-  /// user callbacks (dropping the last reference frees the event and
-  /// nothing else).
+  /// engine holds one reference per command, copy and fence it records (its
+  /// command table names them in its records, uncounted: doc/engine.md),
+  /// taken when the event comes in and dropped once the event has
+  /// completed, and one per event it hands back (Submission::waits(), a
+  /// copy's dependencies, Host::free's `after`), so these are called about
+  /// twice per command, not per buffer argument. O(1). May be called under
+  /// engine locks: must not run user callbacks (dropping the last
+  /// reference frees the event and nothing else).
   virtual void retain(Event e, std::uint32_t count) noexcept = 0;
   virtual void release(Event e, std::uint32_t count) noexcept = 0;
   /// How `e` stands (migration/event.hpp: EventStatus): running until it
@@ -141,7 +143,8 @@ class Host {
   /// failed writer's version from this (doc/migration.md, failures), so the
   /// host must also fail, without running it, every command and copy that
   /// waits for a failed event. O(1), lock-free preferred: the engine asks it
-  /// for the events it holds at every enqueue.
+  /// at every enqueue about the events it holds that have not ended yet,
+  /// from any thread, always holding a reference to `e`.
   [[nodiscard]] virtual EventStatus status(Event e) const noexcept = 0;
   /// status(e) != running.
   [[nodiscard]] bool finished(Event e) const noexcept { return status(e) != EventStatus::running; }

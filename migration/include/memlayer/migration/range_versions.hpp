@@ -285,6 +285,7 @@ class RangeVersions {
   void hold_span(const Span& s) const;
   void drop_span(const Span& s) const;
   void trim_completed();
+  void trim_from_first();
   void settle_range(std::uint64_t begin, std::uint64_t end, bool for_write);
   [[nodiscard]] bool settled(const Span& s, bool for_write) const;
   void settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed);
