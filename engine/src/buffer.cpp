@@ -45,9 +45,11 @@ Buffer::~Buffer() {
   for (std::size_t loc = 0; loc < storage_.size(); ++loc) {
     Storage& s = storage_[loc];
     if (!s.allocated) continue;
-    for (const std::vector<Event>* names : {&s.users, &s.fences})
-      for (Event n : *names)
-        if (Event e = engine_.table_->retain_host(n)) after.push_back(e);
+    std::vector<Event> names;
+    users_at(static_cast<Location>(loc), names);
+    names.insert(names.end(), s.fences.begin(), s.fences.end());
+    for (Event n : names)
+      if (Event e = engine_.table_->retain_host(n)) after.push_back(e);
     engine_.host().free(static_cast<Location>(loc), cookie_, s.handle, size_, after);
     for (Event e : after) engine_.host().release(e, 1);
     after.clear();
@@ -61,6 +63,12 @@ void Buffer::grow_storage(Location at) { storage_.resize(at + 1); }
 
 // Statuses through ops_: during an enqueue its batch remembers them, and a
 // batch of commands' buffers all ask about the same commands.
+void Buffer::users_at(Location at, std::vector<Event>& out) const {
+  const Storage& s = storage_[at];
+  out.insert(out.end(), s.users.begin(), s.users.end());
+  versions_.writers_at(at, out);
+}
+
 void Buffer::prune_users(Storage& s) {
   std::erase_if(s.users, [&](Event u) { return ops_.done(u); });
   s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());

@@ -22,17 +22,21 @@ bool Transaction::fast_path() {
     Storage& st = b.storage_[at_];
     // Fences wait until the general pipeline drops the ones that ended.
     if (!st.allocated || !st.fences.empty()) return false;
-    const auto n = b.versions_.fast_prepare(s_.uses[g.first], at_);
+    const migration::Use& use = s_.uses[g.first];
+    const auto n = b.versions_.fast_prepare(use, at_);
     if (!n) return false;
-    migration::detail::reserve_more(st.users, 1);
+    if (!migration::writes(use.access)) migration::detail::reserve_more(st.users, 1);
     waits += *n;
   }
   migration::detail::reserve_more(out_.waits_, waits);
   for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
     Storage& st = b.storage_[at_];
-    b.versions_.fast_commit(s_.uses[g.first], at_, command_, [this](Event e) { add_wait(e); });
-    b.add_user(st, command_);
+    const migration::Use& use = s_.uses[g.first];
+    b.versions_.fast_commit(use, at_, command_, [this](Event e) { add_wait(e); });
+    // A writer needs no entry: its undo record names it, with where it runs,
+    // until it has finished (Buffer::users_at()).
+    if (!migration::writes(use.access)) b.add_user(st, command_);
     st.last_use = stamp_;
     out_.storage_[s_.order[g.first].second] = st.handle;
   }

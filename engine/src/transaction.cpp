@@ -439,7 +439,9 @@ std::optional<Transaction::VictimRank> Transaction::rank_victim(Buffer& b, Locat
     wait_for_room(st.write_backs);
     return std::nullopt;
   }
-  const bool idle = std::all_of(st.users.begin(), st.users.end(), [&](Event e) { return table_.finished(e); });
+  s_.users.clear();
+  b.users_at(loc, s_.users);
+  const bool idle = std::all_of(s_.users.begin(), s_.users.end(), [&](Event e) { return table_.finished(e); });
   return VictimRank{b.versions_.undo_only_at(loc), b.versions_.write_back_needed(loc), idle, st.last_use};
 }
 
@@ -603,7 +605,8 @@ Transaction::Evicted Transaction::evict(Buffer& buffer, Location loc) {
     first_event = *made;
   }
   Storage& st = victim->storage(loc);
-  s_.after.assign(st.users.begin(), st.users.end());
+  s_.after.clear();
+  victim->users_at(loc, s_.after);
   s_.after.insert(s_.after.end(), st.fences.begin(), st.fences.end());
   s_.after.insert(s_.after.end(), plan.wait.begin(), plan.wait.end());
   s_.after.insert(s_.after.end(), s_.copy_events.begin() + static_cast<std::ptrdiff_t>(first_event),
@@ -724,6 +727,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
     g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
+    keep_forgotten_writers(*g.buffer);
     // commit_all()'s room in the storages: a user per copy and the command.
     const std::size_t users = s_.planning.copies.size() + 1;
     Storage& st = g.buffer->storage(at_);
@@ -749,6 +753,21 @@ std::optional<EnqueueError> Transaction::plan_all() {
     }
   }
   return std::nullopt;
+}
+
+// The writers whose undo records the commit may forget (the planner keeps
+// 1,024) become users of the storage they write: once forgotten, no record
+// says they still use it (Buffer::users_at()). Before the commit, which
+// must not allocate; if the enqueue fails, they are users all the same.
+void Transaction::keep_forgotten_writers(Buffer& b) {
+  s_.forgettable.clear();
+  b.versions_.writers_a_commit_may_forget(s_.forgettable);
+  for (const auto& [writer, loc] : s_.forgettable) {
+    if (b.storage_.size() <= loc || !b.storage_[loc].allocated) continue;
+    Storage& st = b.storage_[loc];
+    migration::detail::reserve_more(st.users, 1);
+    b.add_user(st, writer);
+  }
 }
 
 std::optional<EnqueueError> Transaction::create_copies() {

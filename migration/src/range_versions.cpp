@@ -544,6 +544,7 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
       } else {
         make_room(t, 0, readers_a_use_adds(access));
         if (for_write) detail::reserve_more(undo_, 1);
+        planned_writes_ = for_write ? 1 : 0;
       }
       return;
     }
@@ -609,6 +610,7 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
     room(begin, end, 0, readers_a_use_adds(access), writes(access));
   });
   detail::reserve_more(undo_, written);
+  planned_writes_ = written;
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
 }
 
@@ -891,6 +893,16 @@ void RangeVersions::walk(const std::function<void(const SpanInfo&)>& visit) cons
     for (const Holder& h : it->second.holders) info.valid.insert(h.where);
     visit(info);
   }
+}
+
+void RangeVersions::writers_at(Location at, std::vector<Event>& out) const {
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i)
+    if (undo_[i].at == at) out.push_back(undo_[i].writer);
+}
+
+void RangeVersions::writers_a_commit_may_forget(std::vector<std::pair<Event, Location>>& out) const {
+  if (undo_.size() - first_undo_ + planned_writes_ < kMaxUndo) return;
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) out.emplace_back(undo_[i].writer, undo_[i].at);
 }
 
 void RangeVersions::events(std::vector<Event>& out) const {

@@ -783,6 +783,39 @@ TEST_F(EngineTest, StorageIsReusedOnlyAfterItsUsersFinish) {
   EXPECT_TRUE(reader->done);
 }
 
+// A writer the fast path took is no user of its storage (its undo record
+// names it, with where it runs: Buffer::users_at): storage it has still to
+// write, evicted, must still make what is placed there wait for it. Here
+// nothing else covers it: the newest bytes are made on device 2 by an
+// overwrite (no copy reads device 1), so device 1's stale copy has no
+// reader and no filler the planner would name.
+TEST_F(EngineTest, StorageAFastPathWriterHasStillToWriteIsReusedOnlyAfterIt) {
+  Buffer& a = make(4096, true);
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  Task& gate = host_.user_event();
+  Task& writer = host_.command(nullptr);
+  const std::uint64_t fast_before = engine_->stats().fast_path;
+  ASSERT_FALSE(engine_->enqueue({{{&a, {0, 4096, Access::read_write}}}}, 1, &writer, sub_));
+  ASSERT_EQ(engine_->stats().fast_path, fast_before + 1) << "the writer did not take the fast path";
+  const std::vector<Task*> gated{&gate};
+  host_.start(writer, sub_.waits(), gated);
+  sub_.clear();
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::overwrite}}}, 2), nullptr);
+  sub_.clear();
+  Buffer& b = make(8192, false);  // device 1 holds 8 KiB: a's storage there goes
+  Task* next = enqueue({{&b, {0, 8192, Access::overwrite}}}, 1);
+  ASSERT_NE(next, nullptr);
+  EXPECT_FALSE(a.has_storage(1));
+  std::function<bool(const Task*, const Task*)> waits_for = [&](const Task* t, const Task* other) {
+    return std::any_of(t->deps.begin(), t->deps.end(),
+                       [&](const Task* d) { return d == other || waits_for(d, other); });
+  };
+  EXPECT_TRUE(waits_for(next, &writer)) << "placed over storage the gated writer will still write";
+  host_.end_user(gate, true);
+  host_.run_all();
+}
+
 // Each use's storage comes back in the order the uses were given, whether
 // the engine sorts them, reuses the order of a command with the same
 // buffers (a kernel enqueued again), or sorts again for the same buffers in

@@ -135,6 +135,11 @@ class Buffer {
     s.users.push_back(e);
   }
   void prune_users(Storage& s);
+  // Every command and copy that may still use the storage at `at`, maybe
+  // finished already: its users, and the writers the planner's undo
+  // records name there (the fast path lists no writer among the users:
+  // its record names it until it has finished). Appended to `out`.
+  void users_at(Location at, std::vector<Event>& out) const;
   static migration::EventOps ops_of(CommandTable& table);
 
   Engine& engine_;

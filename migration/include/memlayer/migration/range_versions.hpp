@@ -225,6 +225,20 @@ class RangeVersions {
   /// content held nowhere any more (above: failures). They are undefined now.
   [[nodiscard]] std::uint64_t bytes_lost() const noexcept { return bytes_lost_; }
 
+  /// Appends the writers of the undo records kept for writes at `at` (each
+  /// record's writer, until it completes or fails): every write not yet
+  /// finished that ran at `at` is one of them, unless its record was
+  /// forgotten (writers_a_commit_may_forget()). A runtime may take these,
+  /// rather than its own list, as what still writes its storage at `at`.
+  /// Throws std::bad_alloc (out grows). O(unfinished writers).
+  void writers_at(Location at, std::vector<Event>& out) const;
+  /// After plan(), before its commit(): the writers and locations of the
+  /// undo records that commit() may forget to make room (at most 1,024
+  /// are kept; the oldest go), appended to `out` (a superset: those that
+  /// complete meanwhile are dropped first). Empty unless the records are
+  /// nearly full. Throws std::bad_alloc. O(1), or O(unfinished writers)
+  /// when nearly full.
+  void writers_a_commit_may_forget(std::vector<std::pair<Event, Location>>& out) const;
   /// Appends every event this object names (span holders, last writers,
   /// readers; undo records), maybe more than once: with them, a runtime
   /// that recycles event handles knows which it may not (the engine's
@@ -320,6 +334,7 @@ class RangeVersions {
   std::size_t first_undo_ = 0;
   std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
+  std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
   SpanMap::iterator fast_span_;      // what fast_prepare() found, for fast_commit()
 };
 
