@@ -5,6 +5,8 @@
 // threads finish, look up and recycle slots.
 #include "command_table.hpp"
 
+#include "events_only_host.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +29,7 @@ struct FakeEvent {
   std::atomic<int> status{0};  // EventStatus as int
 };
 
-class AtomicHost final : public memlayer::engine::Host {
+class AtomicHost final : public memlayer::engine::testing::EventsOnlyHost {
  public:
   std::atomic<int> unheld_status{0}, over_released{0};
 
@@ -39,17 +41,9 @@ class AtomicHost final : public memlayer::engine::Host {
     if (ev(e).refs.load() <= 0) ++const_cast<AtomicHost*>(this)->unheld_status;
     return static_cast<EventStatus>(ev(e).status.load());
   }
-  memlayer::engine::Allocation allocate(memlayer::engine::Location, void*, std::uint64_t) override { return {}; }
-  void free(memlayer::engine::Location, void*, memlayer::engine::StorageHandle, std::uint64_t,
-            std::span<const Event>) noexcept override {}
-  memlayer::engine::CopyHandle create_copy(const memlayer::engine::CopyRequest&) override { return {}; }
-  void submit_copy(memlayer::engine::CopyHandle, std::span<const Event>) noexcept override {}
-  void discard_copy(memlayer::engine::CopyHandle) noexcept override {}
-  const memlayer::migration::CostModel& cost_model() const noexcept override { return cost_; }
 
  private:
   static FakeEvent& ev(Event e) { return *static_cast<FakeEvent*>(e); }
-  memlayer::migration::LinkCostModel cost_{{1e-6, 1e9}};
 };
 
 void finish(FakeEvent& e, EventStatus s) { e.status.store(static_cast<int>(s)); }

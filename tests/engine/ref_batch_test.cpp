@@ -2,6 +2,8 @@
 // the host once per event, never a release before a retain it followed.
 #include "ref_batch.hpp"
 
+#include "events_only_host.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -14,29 +16,19 @@ using memlayer::engine::Event;
 using memlayer::engine::RefBatch;
 
 // Records every retain and release; nothing else is called by RefBatch.
-class CountingHost final : public memlayer::engine::Host {
+class CountingHost final : public memlayer::engine::testing::EventsOnlyHost {
  public:
   std::vector<std::pair<Event, long>> calls;  // +count for retain, -count for release
 
   void retain(Event e, std::uint32_t count) noexcept override { calls.emplace_back(e, static_cast<long>(count)); }
   void release(Event e, std::uint32_t count) noexcept override { calls.emplace_back(e, -static_cast<long>(count)); }
   memlayer::engine::EventStatus status(Event) const noexcept override { return memlayer::engine::EventStatus::running; }
-  memlayer::engine::Allocation allocate(memlayer::engine::Location, void*, std::uint64_t) override { return {}; }
-  void free(memlayer::engine::Location, void*, memlayer::engine::StorageHandle, std::uint64_t,
-            std::span<const Event>) noexcept override {}
-  memlayer::engine::CopyHandle create_copy(const memlayer::engine::CopyRequest&) override { return {}; }
-  void submit_copy(memlayer::engine::CopyHandle, std::span<const Event>) noexcept override {}
-  void discard_copy(memlayer::engine::CopyHandle) noexcept override {}
-  const memlayer::migration::CostModel& cost_model() const noexcept override { return cost_; }
 
   long net(Event e) const {
     long n = 0;
     for (const auto& [x, c] : calls) n += x == e ? c : 0;
     return n;
   }
-
- private:
-  memlayer::migration::LinkCostModel cost_{{1e-6, 1e9}};
 };
 
 // Distinct fake events (never dereferenced).
