@@ -243,7 +243,7 @@ std::optional<EnqueueError> Transaction::compact(EnqueueError full) {
     // saves the storage, the enqueue waits.
     s_.after.clear();
     b.versions_.undo_only_at_writers(at_, s_.after);
-    if (writing_back(b, st)) s_.after.insert(s_.after.end(), st.write_backs.begin(), st.write_backs.end());
+    if (writing_back(st)) s_.after.insert(s_.after.end(), st.write_backs.begin(), st.write_backs.end());
     if (!s_.after.empty()) {
       wait_for_room(s_.after);
       waiting = true;
@@ -382,7 +382,7 @@ void Transaction::wait_for_room(std::span<const Event> names) {
 }
 
 // Whether `st`'s write-backs are still running; forgets those that ended.
-bool Transaction::writing_back(Buffer&, Storage& st) {
+bool Transaction::writing_back(Storage& st) {
   std::erase_if(st.write_backs, [&](Event e) { return table_.finished(e); });
   return !st.write_backs.empty();
 }
@@ -435,7 +435,7 @@ Buffer* Transaction::pick_victim(Location loc, bool clean_only) {
 std::optional<Transaction::VictimRank> Transaction::rank_victim(Buffer& b, Location loc) {
   if (b.storage_.size() <= loc || !b.storage_[loc].allocated || !host_.can_evict(b.cookie(), loc)) return std::nullopt;
   Storage& st = b.storage_[loc];
-  if (writing_back(b, st)) {
+  if (writing_back(st)) {
     wait_for_room(st.write_backs);
     return std::nullopt;
   }

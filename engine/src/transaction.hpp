@@ -128,7 +128,7 @@ class Transaction {
   std::optional<std::size_t> make_write_backs(Buffer& victim, const migration::Plan& plan, CopyKind kind);
   void fence_host(Buffer& victim, const migration::Plan& plan, std::size_t first_event);
   bool write_back(Buffer& victim, Location loc, const migration::Plan& plan);
-  bool writing_back(Buffer& b, Storage& st);
+  bool writing_back(Storage& st);
   void wait_for_room(std::span<const Event> names);
   bool adopt_fences(Buffer& b, Location loc, Allocation& a);
   std::optional<EnqueueError> plan_all();
