@@ -78,7 +78,7 @@ class Buffer {
   Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content);
   /// Hands every storage back to the host (Host::free, after its last
   /// users). Waits for an eviction that is working on this buffer on
-  /// another thread. O(locations + storage users).
+  /// another thread. O(locations + storage users + unfinished writers).
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -269,7 +269,10 @@ class Engine {
   /// planner's cost per buffer
   /// (O(log spans + spans touched × locations)), plus one pass over the
   /// engine's buffers per eviction, and per placement that finds the
-  /// location full one more and the host's Host::hole_victims.
+  /// location full one more and the host's Host::hole_victims; and, once
+  /// the failed commands the engine's records may still name have doubled
+  /// (256 at first), one pass over every name the buffers hold to let go of
+  /// those none names (doc/engine.md, event names).
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
                                                     Submission& out);
 
