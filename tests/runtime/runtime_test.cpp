@@ -1137,5 +1137,8 @@ TEST(Runtime, BuffersReleasedWhileEvictionsRunNeverDeadlock) {
     std::_Exit(1);  // the stuck threads cannot be joined
   }
   EXPECT_EQ(work.get(), 0);
-  EXPECT_GT(rig.ctx->stats().evictions, 100u) << "the device was meant to be too small";
+  // How many evictions run depends on how far the enqueues get ahead of the
+  // worker (thousands here, 53 once under ASan on a loaded machine): the
+  // premise is that some ran while buffers were released.
+  EXPECT_GT(rig.ctx->stats().evictions, 0u) << "no eviction ran: the device was meant to be too small";
 }
