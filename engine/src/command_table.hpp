@@ -22,7 +22,8 @@
 //     the event.
 //   * A slot whose command failed or was cancelled keeps reading so, and
 //     keeps its event (a command that waits for it must fail with it): it
-//     is recycled only by sweep(), once no record names it.
+//     is recycled only by recycle_unnamed(), once no record names it
+//     (Engine::sweep_failed collects what the records name).
 //
 // Thread-safety: every member function may be called from any thread at
 // once. The free slots are a lock-free stack; only adding a block of slots
