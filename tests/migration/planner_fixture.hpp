@@ -25,6 +25,7 @@ class Planner {
   struct Events {
     std::map<Event, int> refs;
     std::map<Event, EventStatus> status;  // absent: running
+    int status_calls = 0;                 // how often the planner asked
   };
 
   Planner() {
@@ -32,6 +33,7 @@ class Planner {
     ops_.retain = [](void* c, Event e) { ++static_cast<Events*>(c)->refs[e]; };
     ops_.release = [](void* c, Event e) { --static_cast<Events*>(c)->refs[e]; };
     ops_.status = [](void* c, Event e) {
+      ++static_cast<Events*>(c)->status_calls;
       const auto& st = static_cast<Events*>(c)->status;
       auto it = st.find(e);
       return static_cast<int>(it == st.end() ? EventStatus::running : it->second);

@@ -338,3 +338,25 @@ TEST_F(RangeVersionsTest, UndefinedContentIsValidAnywhereUntilWritten) {
   });
   EXPECT_EQ(spans, 3);
 }
+
+// A chain of writers over the whole buffer, all completed once the last has:
+// their undo records go with one status look, not one per record (a
+// long queue of writers would otherwise cost its length at the next plan).
+TEST_F(RangeVersionsTest, RecordsOfWritersAllCompletedGoWithOneLook) {
+  make(256);
+  constexpr int kWriters = 200;
+  for (int i = 1; i <= kWriters; ++i) run({{0, 256, Access::overwrite}}, 1, ev(i));
+  auto names_recorded = [&] {
+    std::vector<Event> names;
+    buffer_->events(names);
+    std::sort(names.begin(), names.end());
+    return static_cast<int>(std::unique(names.begin(), names.end()) - names.begin());
+  };
+  EXPECT_EQ(names_recorded(), kWriters) << "each writer's undo record names it";
+  for (int i = 1; i <= kWriters; ++i) set(ev(i), EventStatus::completed);
+  events_.status_calls = 0;
+  Plan p = run({{0, 256, Access::read}}, 1, ev(kWriters + 1));
+  EXPECT_LE(events_.status_calls, 4);
+  EXPECT_TRUE(p.copies.empty());
+  EXPECT_EQ(names_recorded(), 2) << "only the last writer and the new reader are left";
+}
