@@ -20,6 +20,7 @@ migration::EventOps Buffer::ops_of(CommandTable& table) {
   migration::EventOps ops;
   ops.context = &table;
   ops.status = [](void* t, Event e) -> int { return static_cast<int>(static_cast<CommandTable*>(t)->status(e)); };
+  ops.completed = [](void* t, Event e) { static_cast<CommandTable*>(t)->learned_completed(e); };
   return ops;
 }
 

@@ -145,6 +145,17 @@ EventStatus CommandTable::status(Event name) noexcept {
   return r;
 }
 
+void CommandTable::learned_completed(Event name) noexcept {
+  if (name == nullptr) return;
+  const std::uint32_t index = index_of(name), gen = gen_of(name);
+  Slot& s = slot(index);
+  std::uint64_t w = s.word.load(std::memory_order_acquire);
+  if (gen_of(w) != gen || state_of(w) != kRunning) return;
+  if (!s.word.compare_exchange_strong(w, word(gen, kCompleted), std::memory_order_seq_cst)) return;
+  // A look that pinned it releases it when it unpins (unpin()).
+  if (s.pins.load(std::memory_order_seq_cst) == 0) try_release(index, s);
+}
+
 Event CommandTable::retain_host(Event name) noexcept {
   if (name == nullptr) return nullptr;
   const std::uint32_t index = index_of(name), gen = gen_of(name);

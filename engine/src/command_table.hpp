@@ -69,6 +69,12 @@ class CommandTable {
   /// O(1): a load once the status is final; else a call of Host::status.
   [[nodiscard]] EventStatus status(Event name) noexcept;
   [[nodiscard]] bool finished(Event name) noexcept { return status(name) != EventStatus::running; }
+  /// The command named has completed, as the caller knows without asking
+  /// the host (migration::EventOps::completed): a running slot reads
+  /// completed from now on and, once no look has it pinned, gives its event
+  /// back and is recycled, with no Host::status call. Nothing for a name
+  /// already final or recycled. O(1).
+  void learned_completed(Event name) noexcept;
   /// The host's event behind `name`, with one reference more for the
   /// caller; nullptr when it completed (nothing is left to wait for). A
   /// failed one is returned: what waits for it must fail. O(1).

@@ -32,12 +32,14 @@ struct FakeEvent {
 class AtomicHost final : public memlayer::engine::testing::EventsOnlyHost {
  public:
   std::atomic<int> unheld_status{0}, over_released{0};
+  mutable std::atomic<int> status_calls{0};
 
   void retain(Event e, std::uint32_t count) noexcept override { ev(e).refs += static_cast<int>(count); }
   void release(Event e, std::uint32_t count) noexcept override {
     if (ev(e).refs.fetch_sub(static_cast<int>(count)) < static_cast<int>(count)) ++over_released;
   }
   EventStatus status(Event e) const noexcept override {
+    ++status_calls;
     if (ev(e).refs.load() <= 0) ++const_cast<AtomicHost*>(this)->unheld_status;
     return static_cast<EventStatus>(ev(e).status.load());
   }
@@ -74,6 +76,33 @@ TEST(CommandTable, ACompletedCommandsEventGoesBackAndItsNameReadsCompletedForGoo
   EXPECT_EQ(table.status(name), EventStatus::completed);
   EXPECT_EQ(table.retain_host(name), nullptr);
   EXPECT_EQ(table.status(next), EventStatus::running);
+  EXPECT_EQ(host.unheld_status, 0);
+}
+
+// The planner derives that a command completed (migration::EventOps::
+// completed): its slot gives the event back with no status asked of the
+// host, and the name reads completed for good. A name final already, or
+// recycled, is left as it is.
+TEST(CommandTable, ACompletionLearnedOtherwiseGivesTheEventBackWithoutAskingTheHost) {
+  AtomicHost host;
+  CommandTable table(host);
+  FakeEvent a, b;
+  const Event first = table.make(&a, false);
+  const Event second = table.make(&b, false);
+  finish(a, EventStatus::completed);
+  table.learned_completed(first);
+  EXPECT_EQ(a.refs, 0) << "given back at once";
+  EXPECT_EQ(host.status_calls, 0);
+  EXPECT_EQ(table.status(first), EventStatus::completed);
+  EXPECT_EQ(host.status_calls, 0) << "a recycled slot answers without the host";
+  table.learned_completed(first);  // again: the slot is another's, or free
+  EXPECT_EQ(table.status(second), EventStatus::running);
+  EXPECT_EQ(b.refs, 1) << "the other command keeps its event";
+  finish(b, EventStatus::failed);
+  EXPECT_EQ(table.status(second), EventStatus::failed);
+  table.learned_completed(second);  // final already: stays failed, keeps its event
+  EXPECT_EQ(table.status(second), EventStatus::failed);
+  EXPECT_EQ(b.refs, 1);
   EXPECT_EQ(host.unheld_status, 0);
 }
 
@@ -160,7 +189,11 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
               (void)table.status(n);
               if (Event e = table.retain_host(n)) host.release(e, 1);
             }
-            finish(events[k - 3], i % 97 == 0 ? EventStatus::failed : EventStatus::completed);
+            const bool completes = i % 97 != 0;
+            finish(events[k - 3], completes ? EventStatus::completed : EventStatus::failed);
+            // What the planner derives (every writer before a completed
+            // one completed), racing with the looks above.
+            if (completes && i % 3 == 0) table.learned_completed(names[k - 3].load());
           }
           (void)table.status(names[k].load());
         }

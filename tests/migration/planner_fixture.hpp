@@ -26,6 +26,7 @@ class Planner {
     std::map<Event, int> refs;
     std::map<Event, EventStatus> status;  // absent: running
     int status_calls = 0;                 // how often the planner asked
+    std::vector<Event> told_completed;    // what EventOps::completed was told
   };
 
   Planner() {
@@ -38,6 +39,7 @@ class Planner {
       auto it = st.find(e);
       return static_cast<int>(it == st.end() ? EventStatus::running : it->second);
     };
+    ops_.completed = [](void* c, Event e) { static_cast<Events*>(c)->told_completed.push_back(e); };
   }
   Planner(const Planner&) = delete;  // ops_ points at events_
   Planner& operator=(const Planner&) = delete;

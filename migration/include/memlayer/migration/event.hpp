@@ -44,6 +44,12 @@ struct EventOps {
   /// early (nothing is pruned and no failure is undone). (int, not
   /// EventStatus: the struct matches the C API's ml_event_ops.)
   int (*status)(void* context, Event e) = nullptr;
+  /// Told of an event the planner knows has completed without asking
+  /// status (every writer before a completed writer of the same bytes:
+  /// range_versions.hpp), which it stops naming: a runtime that keeps
+  /// per-event state can settle it now rather than find out later. Maybe
+  /// more than once per event. May be null. (Not in ml_event_ops.)
+  void (*completed)(void* context, Event e) = nullptr;
   /// While not null, hold() and drop() count in it (inline, no call) and
   /// the runtime hands the sums to retain/release later (ref_batch.hpp),
   /// and status() answers are remembered there. Set and cleared by the
