@@ -99,14 +99,14 @@ bool EventState::finish(int status, std::string message, WaitLink*& waiters,
 
 void EventState::planner_retain(std::uint32_t count) {
   if (planner_refs_.fetch_add(count, std::memory_order_acq_rel) != 0) return;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(anchor_lock_);
   if (planner_refs_.load(std::memory_order_acquire) > 0 && !anchor_) anchor_ = shared_from_this();
 }
 
 void EventState::planner_release(std::uint32_t count) {
   if (planner_refs_.fetch_sub(count, std::memory_order_acq_rel) != count) return;
   std::shared_ptr<EventState> last;  // destroyed after the lock is released
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(anchor_lock_);
   if (planner_refs_.load(std::memory_order_acquire) == 0) last = std::move(anchor_);
 }
 

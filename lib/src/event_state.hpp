@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "memlayer/engine/detail/buffer_lock.hpp"
 #include "memlayer/migration/event.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 #include "memlayer/runtime/event.hpp"
@@ -95,11 +96,16 @@ class EventState : public std::enable_shared_from_this<EventState> {
   WaitLink* waiters_ = nullptr;  // first to resolve
   WaitLink* last_waiter_ = nullptr;
   std::vector<std::function<void(int)>> callbacks_;
-  // Counted outside mutex_; anchor_ is set and cleared under it, each time
-  // checking the count again: a retain from 0 and a release to 0 that race
-  // leave the anchor as the count says. A retain from 0 comes only from a
-  // caller that keeps the event alive otherwise (the command's own queue).
+  // Counted lock-free; anchor_ is set and cleared under anchor_lock_, each
+  // time checking the count again: a retain from 0 and a release to 0 that
+  // race leave the anchor as the count says. A retain from 0 comes only
+  // from a caller that keeps the event alive otherwise (the command's own
+  // queue). Every command's event goes from 0 and back once (the engine's
+  // command table holds one reference per command), so the lock is the
+  // engine's small one (a compare-exchange each way), not mutex_ (a call
+  // into pthreads each way).
   std::atomic<std::int64_t> planner_refs_{0};
+  engine::detail::BufferLock anchor_lock_;
   std::shared_ptr<EventState> anchor_;
 };
 

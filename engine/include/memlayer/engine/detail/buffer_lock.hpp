@@ -8,6 +8,8 @@
 // memlayer-bench-pocl-migration) and 40 bytes. A waiter sleeps in the kernel
 // (std::atomic::wait: a futex on Linux), it does not spin. Meets the
 // Lockable requirements, so std::lock_guard and std::unique_lock take it.
+// The runtime takes it too where a lock is as short and as rarely
+// contended (lib/src/event_state.hpp: an event's anchor).
 #pragma once
 
 #include <atomic>
