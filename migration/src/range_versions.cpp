@@ -278,13 +278,107 @@ bool RangeVersions::restore_writer(Event writer) {
   return found;
 }
 
-// Drops record `index`'s references; the caller removes the record, or
-// leaves it spent (before first_undo_), where nothing reads it.
+// Drops record `index`'s references (a wide one's span goes); the caller
+// removes the record, or leaves it spent (before first_undo_), where
+// nothing reads it.
 void RangeVersions::forget_undo(std::size_t index) {
-  if (ops_.release == nullptr) return;  // events not counted: nothing to drop
-  const Undo& r = undo_[index];
-  drop_span(r.before);
-  ops_.drop(r.writer);
+  Undo& r = undo_[index];
+  if (ops_.release == nullptr && r.wide == kNarrow) return;  // nothing counted, nothing wide
+  drop_record(r);
+}
+
+void RangeVersions::drop_record(Undo& r) noexcept {
+  if (ops_.release != nullptr) {  // else events are not counted: nothing to drop
+    if (r.wide != kNarrow) {
+      drop_span(wide_[r.wide]);
+    } else {
+      if (r.has_holder) ops_.drop(r.holder_ready);
+      ops_.drop(r.last_writer);
+    }
+    ops_.drop(r.writer);
+  }
+  if (r.wide != kNarrow) {
+    wide_[r.wide] = Span{};  // its lists' heap arrays go now
+    free_wide(r.wide);
+    r.wide = kNarrow;
+  }
+}
+
+void RangeVersions::hold_record(const Undo& r) const {
+  if (ops_.retain == nullptr) return;  // events not counted (EventOps::hold)
+  if (r.wide != kNarrow) {
+    hold_span(wide_[r.wide]);
+  } else {
+    if (r.has_holder) ops_.hold(r.holder_ready);
+    ops_.hold(r.last_writer);
+  }
+  ops_.hold(r.writer);
+}
+
+void RangeVersions::reserve_wide(std::size_t n) {
+  if (wide_free_.size() >= n) return;
+  const std::size_t more = n - wide_free_.size();
+  if (wide_.size() + more >= kNarrow) throw std::bad_alloc();
+  wide_.reserve(wide_.size() + more);
+  wide_free_.reserve(wide_.size() + more);  // every index: free_wide() never allocates
+  for (std::size_t i = 0; i < more; ++i) {
+    wide_free_.push_back(static_cast<std::uint32_t>(wide_.size()));
+    wide_.emplace_back();
+  }
+}
+
+std::uint32_t RangeVersions::take_wide() noexcept {
+  const std::uint32_t i = wide_free_.back();  // reserve_wide() made it
+  wide_free_.pop_back();
+  return i;
+}
+
+void RangeVersions::free_wide(std::uint32_t index) noexcept { wide_free_.push_back(index); }
+
+RangeVersions::Span RangeVersions::take_before(Undo& r) noexcept {
+  Span s;
+  if (r.wide != kNarrow) {
+    s = std::move(wide_[r.wide]);  // leaves the place's lists empty
+    free_wide(r.wide);
+    r.wide = kNarrow;
+    return s;
+  }
+  s.version = r.version;
+  s.anywhere = r.anywhere;
+  s.last_writer = r.last_writer;
+  if (r.has_holder) s.holders.push_back(Holder{r.holder_at, r.holder_ready});  // inline: allocates nothing
+  return s;
+}
+
+RangeVersions::Undo RangeVersions::copy_record(const Undo& r, std::uint64_t offset, std::uint64_t size) {
+  Undo c = r;
+  c.offset = offset;
+  c.size = size;
+  if (r.wide != kNarrow) {
+    reserve_wide(1);
+    const std::uint32_t i = wide_free_.back();
+    wide_[i] = wide_[r.wide];  // may throw: then the place stays free
+    c.wide = take_wide();
+  }
+  return c;
+}
+
+std::optional<RangeVersions::Holder> RangeVersions::record_holder(const Undo& r, Location l) const {
+  if (r.wide != kNarrow) {
+    const Holder* h = holder(wide_[r.wide], l);
+    return h != nullptr ? std::optional<Holder>(*h) : std::nullopt;
+  }
+  if (r.anywhere) return Holder{kHost, nullptr};  // as holder(): valid at every location
+  if (r.has_holder && r.holder_at == l) return Holder{r.holder_at, r.holder_ready};
+  return std::nullopt;
+}
+
+void RangeVersions::widen(Undo& r) {
+  if (r.wide != kNarrow) return;
+  reserve_wide(1);
+  const std::uint32_t i = take_wide();
+  wide_[i] = take_before(r);
+  r.wide = i;
 }
 
 // Puts back what record `index` says its bytes were before its writer,
@@ -301,12 +395,18 @@ void RangeVersions::restore(std::size_t index, bool ran) {
   // nest), the part beyond stays: its writer's failure puts that back. One
   // beyond on both sides becomes two records: its right part is made here.
   std::vector<Undo> rights;
-  for (std::size_t j = index + 1; j < undo_.size(); ++j) {
-    const Undo& n = undo_[j];
-    if (n.offset < begin && end < n.offset + n.size) {
-      if (rights.empty()) rights.reserve(undo_.size() - j);
-      rights.emplace_back(n.writer, n.at, end, n.offset + n.size - end, n.before);
+  try {
+    for (std::size_t j = index + 1; j < undo_.size(); ++j) {
+      const Undo& n = undo_[j];
+      if (n.offset < begin && end < n.offset + n.size) {
+        if (rights.empty()) rights.reserve(undo_.size() - j);
+        rights.push_back(copy_record(n, end, n.offset + n.size - end));
+      }
     }
+  } catch (...) {
+    for (Undo& x : rights)
+      if (x.wide != kNarrow) free_wide(x.wide);
+    throw;
   }
   if (rights.size() > 1) detail::reserve_more(undo_, rights.size() - 1);  // one goes where this record was
   // Spans begin at both ends (a cut left when the second throws is into
@@ -326,8 +426,7 @@ void RangeVersions::restore(std::size_t index, bool ran) {
       forget_undo(j);
       undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(j));
     } else if (a < begin && end < b) {  // made above, in this order
-      hold_span(right->before);
-      ops_.hold(right->writer);
+      hold_record(*right);
       n.size = begin - a;
       undo_.insert(undo_.begin() + static_cast<std::ptrdiff_t>(j + 1), std::move(*right++));  // has room
       j += 2;
@@ -341,7 +440,7 @@ void RangeVersions::restore(std::size_t index, bool ran) {
   // nothing allocated); the others over these bytes go.
   const auto first = spans_.find(begin);
   drop_span(first->second);
-  first->second = std::move(r.before);
+  first->second = take_before(r);
   for (auto it = std::next(first); it != spans_.end() && it->first < end;) {
     drop_span(it->second);
     it = spans_.erase(it);
@@ -395,7 +494,11 @@ void RangeVersions::settle_span(Span& s, std::uint64_t bytes, bool for_write, bo
 
 // Whether record `r`'s content is held at `at` and nowhere else.
 bool RangeVersions::held_only_at(const Undo& r, Location at) const {
-  return !r.before.anywhere && r.before.holders.size() == 1 && r.before.holders[0].where == at;
+  if (r.wide != kNarrow) {
+    const Span& s = wide_[r.wide];
+    return !s.anywhere && s.holders.size() == 1 && s.holders[0].where == at;
+  }
+  return !r.anywhere && r.has_holder && r.holder_at == at;
 }
 
 bool RangeVersions::undo_only_at(Location at) const {
@@ -562,6 +665,7 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
       } else {
         make_room(t, 0, readers_a_use_adds(access));
         if (for_write) detail::reserve_more(undo_, 1);
+        if (for_write && !fits_narrow(t)) reserve_wide(1);
         planned_writes_ = for_write ? 1 : 0;
       }
       return;
@@ -588,7 +692,10 @@ std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location 
   if (!settled(s, for_write)) return std::nullopt;
   if (reads_old_content(use.access) && holder(s, at) == nullptr) return std::nullopt;
   make_room(s, 0, readers_a_use_adds(use.access));
-  if (for_write) detail::reserve_more(undo_, 1);
+  if (for_write) {
+    detail::reserve_more(undo_, 1);
+    if (!fits_narrow(s)) reserve_wide(1);
+  }
   fast_span_ = it;
   return 2 + (for_write ? s.readers.size() : 0);
 }
@@ -628,6 +735,7 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
     room(begin, end, 0, readers_a_use_adds(access), writes(access));
   });
   detail::reserve_more(undo_, written);
+  reserve_wide(written);  // at most: a span written may be narrow
   planned_writes_ = written;
   cut_in_plan_ = cut_in_plan_ || spans_.size() != spans_before;
 }
@@ -654,14 +762,37 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
 // The command's bytes [offset, offset + size) are the new version, held only
 // where it runs; what they were goes into an undo record until it
 // completes.
+// write_span()'s record of a span that is not narrow: it moves whole into
+// the place in wide_ plan() / fast_prepare() made free. Out of line: the
+// common case stays small.
+[[gnu::noinline]] void RangeVersions::record_wide(Span& s, std::uint64_t offset, std::uint64_t size, Location at,
+                                                  Event command) noexcept {
+  Undo& r = undo_.emplace_back();  // room made by plan() / fast_prepare()
+  r.writer = command;
+  r.at = at;
+  r.offset = offset;
+  r.size = size;
+  r.wide = take_wide();
+  wide_[r.wide] = std::move(s);  // leaves s's lists empty
+}
+
 void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                Location at, Event command) {
   if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
-  undo_.emplace_back(command, at, offset, size, std::move(s));  // leaves s's lists empty
+  const Holder now{at, command};
+  if (fits_narrow(s)) [[likely]] {
+    const bool held = !s.holders.empty();
+    // Room made by plan() / fast_prepare(); built in place, each field once.
+    const Holder h = held ? s.holders[0] : Holder{};
+    undo_.emplace_back(command, at, kNarrow, offset, size, s.version, s.last_writer, h.where, s.anywhere, held, h.ready);
+    s.holders.assign_one(now);
+  } else {
+    record_wide(s, offset, size, at, command);
+    s.holders.push_back(now);  // the record took its lists: inline room
+  }
   s.version = version;
   s.anywhere = false;
-  s.holders.push_back(Holder{at, command});
   s.last_writer = command;
 }
 
@@ -824,7 +955,15 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
   for (auto& [offset, s] : spans_) forget(s);  // each keeps a holder: checked above
   // An undo record left with no holder is lost if its writer fails
   // (bytes_lost); eviction takes such storage last (undo_only_at()).
-  for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget(undo_[i].before);
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    Undo& r = undo_[i];
+    if (r.wide != kNarrow) {
+      forget(wide_[r.wide]);
+    } else if (r.has_holder && r.holder_at == at) {
+      ops_.drop(r.holder_ready);
+      r.has_holder = false;
+    }
+  }
   merge_range(0, size_);
 }
 
@@ -834,14 +973,14 @@ void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_e
 // it serve nothing else.
 bool RangeVersions::can_write_back_undo(std::size_t index, Location at) const {
   const Undo& r = undo_[index];
-  if (r.at == at || ops_.done(r.writer) || ops_.failed(r.before.holders[0].ready)) return false;
+  if (r.at == at || ops_.done(r.writer) || ops_.failed(record_holder(r, at)->ready)) return false;
   const std::uint64_t end = r.offset + r.size;
   for (auto it = span_containing(r.offset); it != spans_.end() && it->first < end; ++it)
     if (holder(it->second, kHost) != nullptr || holder(it->second, at) != nullptr) return false;
   for (std::size_t j = first_undo_; j < undo_.size(); ++j) {
     const Undo& o = undo_[j];
     if (j == index || o.offset + o.size <= r.offset || end <= o.offset) continue;
-    if (holder(o.before, kHost) != nullptr || held_only_at(o, at)) return false;  // the same host bytes
+    if (record_holder(o, kHost).has_value() || held_only_at(o, at)) return false;  // the same host bytes
   }
   return true;
 }
@@ -851,11 +990,12 @@ void RangeVersions::plan_undo_write_backs(Location at, Plan& out) {
     Undo& r = undo_[i];
     if (!held_only_at(r, at) || !can_write_back_undo(i, at)) continue;
     Copy c{at, kHost, r.offset, r.size, {}, -1, {}, true};
-    add_unique(c.wait, r.before.holders[0].ready);
+    add_unique(c.wait, record_holder(r, at)->ready);
     out.copies.push_back(std::move(c));
-    // Room for commit_undo_write_back(): the record's holder, a reader of
-    // each span over it.
-    make_room(r.before, 1, 0);
+    // Room for commit_undo_write_back(): the record's holder (a wide
+    // record's span takes it), a reader of each span over it.
+    widen(r);
+    make_room(wide_[r.wide], 1, 0);
     for (auto it = span_containing(r.offset); it != spans_.end() && it->first < r.offset + r.size; ++it)
       make_room(it->second, 0, 1);
   }
@@ -869,7 +1009,8 @@ void RangeVersions::commit_undo_write_back(const Copy& c, Event e) {
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
     Undo& r = undo_[i];
     if (r.offset != c.offset || r.size != c.size || !held_only_at(r, c.src)) continue;
-    set_holder(r.before, kHost, e);
+    widen(r);  // plan_undo_write_backs() did: allocates nothing here
+    set_holder(wide_[r.wide], kHost, e);
     for (auto it = span_containing(c.offset); it != spans_.end() && it->first < c.offset + c.size; ++it)
       add_reader(it->second, e);
     return;
@@ -932,8 +1073,14 @@ void RangeVersions::events(std::vector<Event>& out) const {
   };
   for (const auto& [offset, s] : spans_) span_events(s);
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
-    out.push_back(undo_[i].writer);
-    span_events(undo_[i].before);
+    const Undo& r = undo_[i];
+    out.push_back(r.writer);
+    if (r.wide != kNarrow) {
+      span_events(wide_[r.wide]);
+      continue;
+    }
+    if (r.has_holder && r.holder_ready != nullptr) out.push_back(r.holder_ready);
+    if (r.last_writer != nullptr) out.push_back(r.last_writer);
   }
 }
 

@@ -72,7 +72,7 @@ struct EventOps {
   /// nullptr counts as a command that completed long ago.
   /// While `batch` is set, the last statuses looked up are remembered there
   /// (RefBatch::recall).
-  [[nodiscard]] EventStatus state(Event e) const {
+  [[nodiscard, gnu::always_inline]] EventStatus state(Event e) const {
     if (e == nullptr) return EventStatus::completed;
     int s = 0;
     if (batch == nullptr || !batch->recall(e, s)) {
@@ -83,8 +83,8 @@ struct EventOps {
     if (s > 0) return EventStatus::completed;
     return s == -1 ? EventStatus::cancelled : EventStatus::failed;
   }
-  [[nodiscard]] bool done(Event e) const { return state(e) != EventStatus::running; }
-  [[nodiscard]] bool failed(Event e) const {
+  [[nodiscard, gnu::always_inline]] bool done(Event e) const { return state(e) != EventStatus::running; }
+  [[nodiscard, gnu::always_inline]] bool failed(Event e) const {
     const EventStatus s = state(e);
     return s == EventStatus::cancelled || s == EventStatus::failed;
   }

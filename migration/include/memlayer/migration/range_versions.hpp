@@ -58,6 +58,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "memlayer/migration/access.hpp"
@@ -268,19 +269,49 @@ class RangeVersions {
   };
   using SpanMap = std::map<std::uint64_t, Span>;  // key: offset; a span ends where the next begins
   // What one span was before an unfinished writer wrote it, kept until the
-  // writer completes (dropped) or fails (put back): see settle().
+  // writer completes (dropped) or fails (put back): see settle(). Plain
+  // data, so that recording, trimming and forgetting records moves bytes
+  // and runs no destructor. Most spans a writer takes over have no reader
+  // and at most one holder (a kernel's argument written again where it was
+  // written last): the record keeps those fields itself. Any other span
+  // moves whole into wide_, at a place made free while planning, so that
+  // recording a write allocates nothing either way.
   struct Undo {
-    Undo() = default;
-    // Built in place in undo_; a moved-from `s` is left with empty lists.
-    Undo(Event w, Location where, std::uint64_t off, std::uint64_t n, Span&& s)
-        : writer(w), at(where), offset(off), size(n), before(std::move(s)) {}
-    Undo(Event w, Location where, std::uint64_t off, std::uint64_t n, const Span& s)
-        : writer(w), at(where), offset(off), size(n), before(s) {}
     Event writer = nullptr;
-    Location at = 0;  // where the writer runs
+    Location at = 0;             // where the writer runs
+    std::uint32_t wide = kNarrow;  // the span before is wide_[wide], or kNarrow: the fields below
     std::uint64_t offset = 0, size = 0;
-    Span before;  // its holders may be empty: the content was evicted since
+    // The span before, while narrow: its version, last writer, whether it
+    // was undefined (anywhere), its one holder if any (it may have none:
+    // the content was evicted since), no readers. Laid out in 64 bytes:
+    // the records' count is then a shift, not a division.
+    std::uint64_t version = 0;
+    Event last_writer = nullptr;
+    Location holder_at = 0;
+    bool anywhere = false;
+    bool has_holder = false;
+    Event holder_ready = nullptr;
   };
+  static constexpr std::uint32_t kNarrow = ~std::uint32_t{0};
+  static_assert(std::is_trivially_copyable_v<Undo> && std::is_trivially_destructible_v<Undo> && sizeof(Undo) == 64);
+  [[nodiscard]] static bool fits_narrow(const Span& s) { return s.readers.empty() && s.holders.size() <= 1; }
+  // The span record `r` puts back; a wide one's place is free again.
+  Span take_before(Undo& r) noexcept;
+  // A copy of record `r` over [offset, offset + size). Throws
+  // std::bad_alloc, with nothing changed.
+  [[nodiscard]] Undo copy_record(const Undo& r, std::uint64_t offset, std::uint64_t size);
+  // The holder of `r`'s content at `l`, if any.
+  [[nodiscard]] std::optional<Holder> record_holder(const Undo& r, Location l) const;
+  // Makes record `r` wide, so that its span can take a holder more.
+  // Throws std::bad_alloc, with nothing changed.
+  void widen(Undo& r);
+  // `n` free places in wide_ at least. Throws std::bad_alloc.
+  void reserve_wide(std::size_t n);
+  [[nodiscard]] std::uint32_t take_wide() noexcept;
+  void free_wide(std::uint32_t index) noexcept;
+  void hold_record(const Undo& r) const;
+  void drop_record(Undo& r) noexcept;
+  void record_wide(Span& s, std::uint64_t offset, std::uint64_t size, Location at, Event command) noexcept;
 
   [[nodiscard]] std::uint64_t end_of(SpanMap::const_iterator it) const;
   // The span holding byte `offset` (< size).
@@ -336,6 +367,10 @@ class RangeVersions {
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
   std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
   SpanMap::iterator fast_span_;      // what fast_prepare() found, for fast_commit()
+  // The spans of wide undo records, and free places among them
+  // (wide_free_'s capacity holds every index: freeing never allocates).
+  std::vector<Span> wide_;
+  std::vector<std::uint32_t> wide_free_;
 };
 
 template <class Wait>

@@ -91,6 +91,12 @@ class InlineList {
   }
   /// Keeps the storage (a heap array stays for the next elements).
   void clear() noexcept { size_ = 0; }
+  /// The list becomes `v` alone (clear(), then push_back(v), which finds
+  /// room: there is always room for one). O(1).
+  void assign_one(const T& v) noexcept {
+    size_ = 1;
+    begin()[0] = v;
+  }
 
   friend bool operator==(const InlineList& a, const InlineList& b) {
     return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
