@@ -21,6 +21,9 @@ constexpr std::size_t kPruneThreshold = 8;
 // bounds the memory of a deep queue and what a failed writer's search goes
 // through.
 constexpr std::size_t kMaxUndo = 1024;
+// How many undo records the fast path lets pile up before it looks whether
+// the oldest writer completed (fast_prepare()): first, and at most.
+constexpr std::size_t kFastTrimFirst = 8, kFastTrimMost = 64;
 
 template <class List>
 void add_unique(List& list, Event e) {
@@ -80,7 +83,7 @@ void for_each_piece(std::span<const Use> uses, std::vector<std::uint64_t>& cuts,
 }  // namespace
 
 RangeVersions::RangeVersions(std::uint64_t size, LocationSet initially_valid, const EventOps& ops)
-    : size_(size), ops_(ops) {
+    : size_(size), ops_(ops), fast_trim_at_(kFastTrimFirst) {
   if (size == 0) throw std::invalid_argument("RangeVersions: a buffer of 0 bytes");
   if (initially_valid.empty()) throw std::invalid_argument("RangeVersions: the initial content must be valid somewhere");
   Span s;
@@ -686,7 +689,18 @@ std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location 
   const auto it = exact_span(std::span(&use, 1));
   if (it == spans_.end()) return std::nullopt;
   const bool for_write = writes(use.access);
-  if (first_undo_ != undo_.size() && ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
+  // Completed writers' records are dropped here only once there are
+  // fast_trim_at_ of them: a look at the oldest writer per command would
+  // cost a status look per argument while a queue of writers is running.
+  // Looked at in vain, the next look waits until their number has doubled
+  // (O(1) looks per record, amortised), up to kFastTrimMost; dropped, back
+  // to the first mark. Records of completed writers kept meanwhile change
+  // no decision (only a failed writer's matter, and settled() looks at
+  // those); they keep their writers' names from being recycled a while.
+  if (const std::size_t live = undo_.size() - first_undo_; live >= fast_trim_at_) {
+    if (ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
+    fast_trim_at_ = std::clamp(2 * (undo_.size() - first_undo_), kFastTrimFirst, kFastTrimMost);
+  }
   if (for_write && undo_.size() - first_undo_ >= kMaxUndo) return std::nullopt;  // write_span() would forget
   Span& s = it->second;
   if (!settled(s, for_write)) return std::nullopt;

@@ -1019,6 +1019,29 @@ TEST_F(FastPathTest, FallsBackWhileTheStorageIsFenced) {
 // A buffer keeps the undo records of at most 1,024 unfinished writers: a
 // writer that would make one more goes the general way, which forgets the
 // oldest.
+// A queue of writers none of which has run: the fast path looks whether
+// the oldest has completed only as their records double, up to 64
+// (fast_prepare()), not at every enqueue, so an enqueue asks the host about
+// one event (its last writer: has it failed?), not two. Once they have
+// run, their records go with a look at the last, and their events go back.
+TEST_F(FastPathTest, QueuedWritersCostOneStatusLookPerEnqueue) {
+  Buffer& a = make(64, false);
+  expect({{&a, {0, 64, Access::read_write}}}, 1, false);
+  const long before = host_.status_calls;
+  for (int i = 0; i < 60; ++i) expect({{&a, {0, 64, Access::read_write}}}, 1, true);
+  const double per_enqueue = static_cast<double>(host_.status_calls - before) / 60;
+  EXPECT_LT(per_enqueue, 1.2) << "host status calls per enqueue";
+  host_.run_all();
+  // Run as they come, the writers' records go in bulk, a few at a time (one
+  // look at the oldest, one at the last), and their events back to the
+  // host: the 60 above, and all but the last few below.
+  for (int i = 0; i < 64; ++i) {
+    expect({{&a, {0, 64, Access::read_write}}}, 1, true);
+    host_.run_all();
+  }
+  EXPECT_LE(host_.outstanding_refs(), 8) << "completed writers' events still held";
+}
+
 TEST_F(FastPathTest, FallsBackWhenTheUndoRecordsAreFull) {
   Buffer& a = make(64, false);
   expect({{&a, {0, 64, Access::read_write}}}, 1, false);

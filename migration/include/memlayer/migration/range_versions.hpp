@@ -367,6 +367,7 @@ class RangeVersions {
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
   std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
   SpanMap::iterator fast_span_;      // what fast_prepare() found, for fast_commit()
+  std::size_t fast_trim_at_;         // undo records that make fast_prepare() look for completed ones
   // The spans of wide undo records, and free places among them
   // (wide_free_'s capacity holds every index: freeing never allocates).
   std::vector<Span> wide_;
