@@ -370,6 +370,8 @@ class RangeVersions {
   std::size_t fast_trim_at_;         // undo records that make fast_prepare() look for completed ones
   // The spans of wide undo records, and free places among them
   // (wide_free_'s capacity holds every index: freeing never allocates).
+  // It never shrinks: it holds as many spans as the most wide records (or
+  // planned writes) the buffer has had at once, and goes with it.
   std::vector<Span> wide_;
   std::vector<std::uint32_t> wide_free_;
 };
