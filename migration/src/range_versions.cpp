@@ -406,16 +406,16 @@ void RangeVersions::restore(std::size_t index, bool ran) {
         rights.push_back(copy_record(n, end, n.offset + n.size - end));
       }
     }
+    if (rights.size() > 1) detail::reserve_more(undo_, rights.size() - 1);  // one goes where this record was
+    // Spans begin at both ends (a cut left when the second throws is into
+    // identical halves: no content changes, as plan()'s own cuts).
+    split_at(begin);
+    split_at(end);
   } catch (...) {
-    for (Undo& x : rights)
+    for (Undo& x : rights)  // the copies' places in wide_ are free again
       if (x.wide != kNarrow) free_wide(x.wide);
     throw;
   }
-  if (rights.size() > 1) detail::reserve_more(undo_, rights.size() - 1);  // one goes where this record was
-  // Spans begin at both ends (a cut left when the second throws is into
-  // identical halves: no content changes, as plan()'s own cuts).
-  split_at(begin);
-  split_at(end);
 
   Undo r = std::move(undo_[index]);
   undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(index));

@@ -73,7 +73,7 @@ std::string describe(const RangeVersions& v) {
   });
   for (const SpanInfo& s : spans)
     os << "[" << s.offset << ", +" << s.size << ") v" << s.version << " at " << describe(s.valid) << "; ";
-  os << "lost " << v.bytes_lost() << "; undo content only at";
+  os << "lost " << v.bytes_lost() << "; wide undo records " << v.wide_records() << "; undo content only at";
   for (Location l = 0; l < 4; ++l)
     if (v.undo_only_at(l)) os << " " << l;
   return os.str() + "\n";

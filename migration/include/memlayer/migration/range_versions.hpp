@@ -246,6 +246,10 @@ class RangeVersions {
   /// command table). Throws std::bad_alloc (out grows). O(spans × (locations
   /// + readers) + unfinished writers).
   void events(std::vector<Event>& out) const;
+  /// How many undo records keep a whole span of their own (those whose
+  /// span had readers or several holders; the rest are plain entries): a
+  /// diagnostic, which tests compare. O(1).
+  [[nodiscard]] std::size_t wide_records() const noexcept { return wide_.size() - wide_free_.size(); }
   /// The spans in offset order. O(spans).
   void walk(const std::function<void(const SpanInfo&)>& visit) const;
   [[nodiscard]] std::size_t span_count() const noexcept { return spans_.size(); }
