@@ -796,10 +796,7 @@ void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
   const Holder now{at, command};
   if (fits_narrow(s)) [[likely]] {
-    const bool held = !s.holders.empty();
-    // Room made by plan() / fast_prepare(); built in place, each field once.
-    const Holder h = held ? s.holders[0] : Holder{};
-    undo_.emplace_back(command, at, kNarrow, offset, size, s.version, s.last_writer, h.where, s.anywhere, held, h.ready);
+    undo_.emplace_back(command, at, offset, size, s);  // room made by plan() / fast_prepare()
     s.holders.assign_one(now);
   } else {
     record_wide(s, offset, size, at, command);

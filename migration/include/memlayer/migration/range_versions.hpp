@@ -281,6 +281,14 @@ class RangeVersions {
   // moves whole into wide_, at a place made free while planning, so that
   // recording a write allocates nothing either way.
   struct Undo {
+    Undo() = default;
+    // The narrow record of span `s` (fits_narrow()), written by `w` at
+    // `where` over [off, off + n).
+    Undo(Event w, Location where, std::uint64_t off, std::uint64_t n, const Span& s) noexcept
+        : writer(w), at(where), offset(off), size(n), version(s.version), last_writer(s.last_writer),
+          anywhere(s.anywhere), has_holder(!s.holders.empty()) {
+      if (has_holder) holder_at = s.holders[0].where, holder_ready = s.holders[0].ready;
+    }
     Event writer = nullptr;
     Location at = 0;             // where the writer runs
     std::uint32_t wide = kNarrow;  // the span before is wide_[wide], or kNarrow: the fields below
