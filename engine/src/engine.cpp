@@ -33,6 +33,10 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
   return Transaction(*this, uses, at, command, out).run();
 }
 
+void Engine::completed(CommandName name) noexcept {
+  table_->learned_completed(reinterpret_cast<Event>(static_cast<std::uintptr_t>(name)));
+}
+
 std::optional<EnqueueError> Engine::place(Buffer& buffer, Location at, Submission& out) {
   out.clear();
   out.host_ = &host_;
@@ -93,6 +97,7 @@ void Submission::clear() noexcept {
     for (Event e : waits_) host_->release(e, 1);
   waits_.clear();
   storage_.clear();
+  command_ = CommandName::none;
 }
 
 }  // namespace memlayer::engine

@@ -58,6 +58,7 @@ std::optional<EnqueueError> Transaction::run() {
     if (fast_path()) {  // committed: nothing more can fail
       dedupe_waits();
       unlock_all();
+      out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
       return std::nullopt;
     }
     failed = place_all();
@@ -75,6 +76,7 @@ std::optional<EnqueueError> Transaction::run() {
   release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
+  out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
   return std::nullopt;
 }
 

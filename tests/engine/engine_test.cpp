@@ -177,6 +177,46 @@ TEST_F(EngineTest, AFailedCommandsEventGoesBackOnceNoBufferNamesIt) {
   EXPECT_LE(held, 256) << "failed commands' events pile up";
 }
 
+// A host's completion path tells the engine (Engine::completed): the
+// engine's reference to the event goes back there and then, not at a later
+// enqueue's look, and the command reads completed without asking the host.
+TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
+  Buffer& b = make(4096, false);
+  Task* writer = enqueue({{&b, {0, 4096, Access::read_write}}}, 1);
+  ASSERT_NE(writer, nullptr);
+  const CommandName name = sub_.command();
+  ASSERT_NE(name, CommandName::none);
+  sub_.clear();
+  EXPECT_EQ(sub_.command(), CommandName::none) << "clear() keeps the last command's name";
+  host_.run_all();
+  ASSERT_TRUE(writer->done);
+  EXPECT_EQ(writer->refs, 1) << "the command table's reference";
+
+  engine_->completed(name);
+  EXPECT_EQ(writer->refs, 0) << "told completed, the engine still holds the event";
+  engine_->completed(name);  // again, and a name of nothing: nothing happens
+  engine_->completed(CommandName::none);
+  EXPECT_EQ(writer->refs, 0);
+
+  // The next command over b neither waits for the writer nor asks about it.
+  const long looks = host_.status_calls;
+  Task* reader = enqueue({{&b, {0, 4096, Access::read}}}, 1);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_TRUE(sub_.waits().empty());
+  EXPECT_EQ(host_.status_calls, looks) << "the host was asked about a command it said had completed";
+  EXPECT_NE(sub_.command(), name) << "a recycled name names the new command, under a new generation";
+  host_.run_all();
+}
+
+// A failed enqueue names no command: there is nothing to tell.
+TEST_F(EngineTest, AFailedEnqueueNamesNoCommand) {
+  Buffer& b = make(16 << 10, false);  // larger than device 1
+  std::optional<EnqueueError> error;
+  EXPECT_EQ(enqueue({{&b, {0, b.size(), Access::read_write}}}, 1, &error), nullptr);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(sub_.command(), CommandName::none);
+}
+
 TEST_F(EngineTest, AFailedEnqueueLeavesNoStorageNoVersionNoCopy) {
   Buffer& small = make(4096, true);
   ASSERT_NE(enqueue({{&small, {0, 4096, Access::read}}}, 1), nullptr);

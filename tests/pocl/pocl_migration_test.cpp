@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -237,6 +238,33 @@ TEST_F(TwoDevices, PoclOwnEngineLosesThem) {
   std::size_t wrong = 0;
   ASSERT_NO_FATAL_FAILURE(disjoint_sub_buffers(wrong));
   EXPECT_GT(wrong, 0u) << "PoCL's own engine kept every disjoint sub-buffer write";
+}
+
+// The engine records each command it enqueues with one reference to its
+// event, and gives it back when PoCL ends the command
+// (pocl_ml_command_completed), not at some later enqueue over the same
+// buffers: with nothing more enqueued, the application's reference is soon
+// the only one. (PoCL's completion path runs on after clFinish and
+// clWaitForEvents return: the count is polled, for at most 10 s.)
+TEST_F(TwoDevices, ACompletedCommandsEventIsLeftToTheApplication) {
+  if (pocl_own_engine()) GTEST_SKIP() << "PoCL's own engine keeps a buffer's last writer";
+  Mem m = buffer(4096);
+  cl_mem h = m.get();
+  const std::uint8_t tag = 1;
+  std::size_t global = 4096;
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof h, &h));
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
+  cl_event raw = nullptr;
+  CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &global, nullptr, 0, nullptr, &raw));
+  Event done(raw);
+  CL_CHECK(clFinish(queue_[0].get()));
+  cl_uint refs = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+    CL_CHECK(clGetEventInfo(done.get(), CL_EVENT_REFERENCE_COUNT, sizeof refs, &refs, nullptr));
+    if (refs == 1 || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(refs, 1u) << "a reference besides the application's outlived the command";
 }
 
 // A kernel that gets one buffer twice, read-only and writable, writes it:

@@ -803,6 +803,8 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
     if (!try_again(*failed, sc.submission, room, err)) return err;
   }
   link_waits(final_event, std::span(wait_list, num_events), user_links, sc);
+  // Not yet enqueued: nothing reads it before pocl_command_enqueue.
+  final_event->memlayer_command = static_cast<std::uintptr_t>(sc.submission.command());
   sc.submission.clear();
   held_failures().hold_if_failing_early(final_event);
   if (type == CL_COMMAND_UNMAP_MEM_OBJECT && unmapped != nullptr) compat::mark_unmap_committed(unmapped);
@@ -992,6 +994,14 @@ void pocl_ml_release_context(cl_context context) {
     std::lock_guard<std::mutex> lock(g_context_mutex);
     g_live_contexts.remove(owned.get());
   }
+}
+
+void pocl_ml_command_completed(cl_event event) {
+  const auto name = static_cast<memlayer::engine::CommandName>(event->memlayer_command);
+  event->memlayer_command = 0;
+  // The event holds its queue, which holds the context: its engine lives.
+  auto* cs = static_cast<ContextState*>(__atomic_load_n(&event->context->memlayer_state, __ATOMIC_ACQUIRE));
+  if (cs != nullptr) cs->engine.completed(name);
 }
 
 int pocl_ml_migration_retry(_cl_command_node* node) {

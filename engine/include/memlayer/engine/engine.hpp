@@ -206,6 +206,11 @@ struct EnqueueError {
   std::string message;
 };
 
+/// The engine's name for a command it recorded (Submission::command()),
+/// for telling it the command completed (Engine::completed()). Opaque;
+/// `none` names nothing.
+enum class CommandName : std::uintptr_t { none = 0 };
+
 /// The result of one enqueue, and the scratch it works in. Reuse one per
 /// thread: once warm, an enqueue allocates nothing in it. Its events are
 /// retained until the next enqueue into it, clear(), or its destruction.
@@ -224,7 +229,11 @@ class Submission {
   /// The storage at the command's location of each use's buffer, in the
   /// order the uses were given (the use's bytes start at handle + offset).
   [[nodiscard]] std::span<const StorageHandle> storage() const noexcept { return storage_; }
-  /// Drops the references waits() holds.
+  /// The engine's name for the command enqueued (none after a failure or
+  /// place()): the host keeps it with the command's event, to pass to
+  /// Engine::completed() once the command has completed.
+  [[nodiscard]] CommandName command() const noexcept { return command_; }
+  /// Drops the references waits() holds; command() is none again.
   void clear() noexcept;
 
  private:
@@ -233,6 +242,7 @@ class Submission {
   Host* host_ = nullptr;
   std::vector<Event> waits_;
   std::vector<StorageHandle> storage_;
+  CommandName command_ = CommandName::none;
   std::unique_ptr<EnqueueScratch> scratch_;
 };
 
@@ -275,6 +285,20 @@ class Engine {
   /// those none names (doc/engine.md, event names).
   [[nodiscard]] std::optional<EnqueueError> enqueue(std::span<const BufferUse> uses, Location at, Event command,
                                                     Submission& out);
+
+  /// The command `name` names (Submission::command() of its enqueue) has
+  /// completed: its event reads completed. The engine gives its reference
+  /// to that event back now, on the calling thread (Host::release), and
+  /// reads the command as completed from then on without Host::status. A
+  /// host calls it from its completion path, where it still holds the event
+  /// itself: the event's last release then stays there, off the enqueuing
+  /// thread, as it is for a command the engine never saw. Precondition: the
+  /// command completed; one that failed or was cancelled is never told
+  /// (its failure must stay visible to the commands after it). A name the
+  /// engine has recycled since (a look saw the completion first), none, or
+  /// a second call does nothing. O(1); thread-safe, concurrently with
+  /// enqueues, with no lock of the engine's taken.
+  void completed(CommandName name) noexcept;
 
   /// Places storage for all of `buffer` at `at` now, outside any command,
   /// evicting as enqueue() does: for a host that must hand out a pointer into
