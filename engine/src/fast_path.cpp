@@ -22,7 +22,7 @@ bool Transaction::fast_path() {
     Storage& st = b.storage_[at_];
     // Fences wait until the general pipeline drops the ones that ended.
     if (!st.allocated || !st.fences.empty()) return false;
-    const migration::Use& use = s_.uses[g.first];
+    const migration::Use& use = use_of(g);
     const auto n = b.versions_.fast_prepare(use, at_);
     if (!n) return false;
     if (!migration::writes(use.access)) migration::detail::reserve_more(st.users, 1);
@@ -32,7 +32,7 @@ bool Transaction::fast_path() {
   for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
     Storage& st = b.storage_[at_];
-    const migration::Use& use = s_.uses[g.first];
+    const migration::Use& use = use_of(g);
     b.versions_.fast_commit(use, at_, command_, [this](Event e) { add_wait(e); });
     // A writer needs no entry: its undo record names it, with where it runs,
     // until it has finished (Buffer::users_at()).

@@ -61,6 +61,7 @@ std::optional<EnqueueError> Transaction::run() {
       out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
       return std::nullopt;
     }
+    copy_uses();
     failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
@@ -84,6 +85,7 @@ std::optional<EnqueueError> Transaction::run_place() {
   std::optional<EnqueueError> failed;
   try {
     group_uses();
+    copy_uses();
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
     if (!failed) {
@@ -133,8 +135,7 @@ void Transaction::group_uses() {
       !uses_.empty() && s_.order_of.size() == uses_.size() &&
       std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
   if (same_buffers && s_.grouped) {  // the groups stand; only the ranges and accesses may differ
-    for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
-    for (EnqueueScratch::Group& g : s_.groups) g.first_copy = 0, g.plan = EnqueueScratch::Group::kNoCopies;
+    uses_stale_ = true;  // copied only if the fast path misses (copy_uses)
     return;
   }
   s_.grouped = false;  // first: out of memory below, no half-built groups are reused
@@ -162,6 +163,12 @@ void Transaction::group_uses() {
     ++s_.groups.back().count;
   }
   s_.grouped = true;
+}
+
+void Transaction::copy_uses() {
+  if (!uses_stale_) return;
+  for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
+  uses_stale_ = false;
 }
 
 // Address order: two commands on the same buffers never wait for each other.
@@ -725,6 +732,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
   const migration::CostModel& cost = host_.cost_model();
   std::size_t kept = 0;
   for (EnqueueScratch::Group& g : s_.groups) {
+    g.plan = EnqueueScratch::Group::kNoCopies;  // unless it copies (below)
     const std::uint64_t lost = g.buffer->versions_.bytes_lost();
     g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);

@@ -148,6 +148,9 @@ class Transaction {
     if (name == nullptr || name == command_ || name == last_wait_) return;
     add_new_wait(name);
   }
+  void copy_uses();
+  // The use of group `g` (of one use), wherever it is now (uses_stale_).
+  const migration::Use& use_of(const EnqueueScratch::Group& g) const { return uses_[s_.order[g.first].second].use; }
   void add_new_wait(Event name);
   void dedupe_waits() noexcept;  // what add_new_wait() did not search
   void release_all(std::vector<Event>& events) noexcept;  // host events; and clears them
@@ -176,6 +179,9 @@ class Transaction {
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
   bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
+  // s_.uses holds an earlier command's ranges (group_uses() kept the groups
+  // of the same buffers): the fast path reads uses_, the rest copy_uses().
+  bool uses_stale_ = false;
   // Eviction passed over a buffer it may take at the next try: one another
   // thread held locked (eviction only try-locks: an enqueue, or a buffer
   // being destroyed, which gives its storage back before it unlocks:

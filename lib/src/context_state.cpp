@@ -189,6 +189,8 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
       // Committed: the command is a writer or reader of its ranges and a
       // user of its storage. Nothing below allocates (the room was made
       // above and in enqueue()) but a long list of waits.
+      node->engine = &engine;
+      node->engine_name = sc.submission.command();
       wired = add_engine_waits(*node, sc.submission.waits(), order_count(queue, spec.barrier));
       for (std::size_t i = 0; wired && i < spec.uses.size(); ++i) {
         node->targets[i].address = sc.submission.storage()[i] + spec.uses[i].use.offset;

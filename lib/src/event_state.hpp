@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,11 @@
 #include "memlayer/migration/event.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 #include "memlayer/runtime/event.hpp"
+
+namespace memlayer::engine {
+class Engine;
+enum class CommandName : std::uintptr_t;
+}  // namespace memlayer::engine
 
 namespace memlayer::runtime::detail {
 
@@ -124,6 +130,10 @@ struct CommandNode {
   std::shared_ptr<CommandNode> next_ready;   // its device's queue of ready nodes
   std::shared_ptr<CommandNode> next_failed;  // finish()'s nodes to fail
   std::shared_ptr<EventState> failed_by;     // with next_failed: the dependency that failed
+  // The migration engine that recorded it, and its name there
+  // (engine.hpp: Submission::command()): told once it completed (run()).
+  engine::Engine* engine = nullptr;
+  engine::CommandName engine_name{};
 };
 
 }  // namespace memlayer::runtime::detail

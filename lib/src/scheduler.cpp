@@ -6,6 +6,7 @@
 #include <string>
 
 #include "device_state.hpp"
+#include "memlayer/engine/engine.hpp"
 
 namespace memlayer::runtime::detail {
 
@@ -144,6 +145,11 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
   node->keep_alive.clear();
   if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
+  // The engine's reference to the event goes back here, on the worker that
+  // ran it, not at a later enqueue's look (Engine::completed). The context,
+  // and its engine, outlive this call: its destructor joins this worker
+  // first (ContextState::~ContextState).
+  if (node->engine != nullptr && node->event->status() == cl::kComplete) node->engine->completed(node->engine_name);
 }
 
 }  // namespace memlayer::runtime::detail

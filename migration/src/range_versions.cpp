@@ -214,10 +214,11 @@ void RangeVersions::trim_from_first() {
   if (undo_.size() - first_undo_ > 2 && spans_.size() == 1) {
     const Event w = spans_.begin()->second.last_writer;
     if (w != nullptr && ops_.state(w) == EventStatus::completed) {
-      for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
-        if (ops_.completed != nullptr) ops_.completed(ops_.context, undo_[i].writer);
-        forget_undo(i);
-      }
+      if (ops_.completed != nullptr)
+        for (std::size_t i = first_undo_; i < undo_.size(); ++i) ops_.completed(ops_.context, undo_[i].writer);
+      // Uncounted narrow records hold nothing to drop (forget_undo).
+      if (ops_.release != nullptr || wide_records() != 0)
+        for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget_undo(i);
       undo_.clear();
       first_undo_ = 0;
       return;

@@ -87,6 +87,7 @@ class ByteHost final : public Host {
     EXPECT_GE(t.refs, static_cast<int>(count)) << "task " << t.id << " released more often than retained";
     t.refs -= static_cast<int>(count);
   }
+  bool tells_completions() const noexcept override { return tells; }
   EventStatus status(Event e) const noexcept override {
     ++status_calls;
     const Task& t = *static_cast<const Task*>(e);
@@ -340,6 +341,7 @@ class ByteHost final : public Host {
   std::function<void()> on_free;
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
+  bool tells = false;  // tells_completions(): set before the engine is made
   mutable long status_calls = 0;
   Faults faults;
   int failed_waits = 0;  // waits the engine named on events that had failed already

@@ -208,6 +208,49 @@ TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
   host_.run_all();
 }
 
+// The undo records of writers that all completed go with one look
+// (RangeVersions::trim_from_first), and their writers are told to the
+// command table, which gives their events back, unless the host tells the
+// engine of every completion itself (Host::tells_completions): then the
+// table waits for the host, and those events stay held until it tells.
+TEST(EngineCompletions, ThePlannerTellsTheTableOnlyWhenTheHostDoesNot) {
+  for (const bool tells : {false, true}) {
+    SCOPED_TRACE(tells ? "the host tells completions" : "the host does not");
+    ByteHost host(1, 8 << 10, 1);
+    host.tells = tells;
+    std::vector<Task*> writers;
+    std::vector<CommandName> names;
+    {
+      Engine engine(host);
+      HostBuffer cookie;
+      Buffer b(engine, &cookie, 64, false);
+      Submission sub;
+      for (int i = 0; i < 12; ++i) {
+        Task& w = host.command(nullptr);
+        ASSERT_FALSE(engine.enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &w, sub));
+        host.start(w, sub.waits());
+        writers.push_back(&w);
+        names.push_back(sub.command());
+        sub.clear();
+      }
+      host.run_all();
+      // Half the buffer: the general pipeline, whose plan drops the records.
+      Task& next = host.command(nullptr);
+      ASSERT_FALSE(engine.enqueue({{{&b, {0, 32, Access::read_write}}}}, 1, &next, sub));
+      host.start(next, sub.waits());
+      sub.clear();
+      host.run_all();
+      // The oldest and the newest writer were looked at; the ten between
+      // were not.
+      int held = 0;
+      for (int i = 1; i < 11; ++i) held += writers[i]->refs > 0 ? 1 : 0;
+      EXPECT_EQ(held, tells ? 10 : 0) << "writers the engine was not told of and still holds";
+      for (CommandName n : names) engine.completed(n);
+      for (const Task* w : writers) EXPECT_EQ(w->refs, 0) << "told completed, task " << w->id << " is still held";
+    }
+  }
+}
+
 // A failed enqueue names no command: there is nothing to tell.
 TEST_F(EngineTest, AFailedEnqueueNamesNoCommand) {
   Buffer& b = make(16 << 10, false);  // larger than device 1

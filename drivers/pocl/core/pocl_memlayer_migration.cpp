@@ -77,6 +77,17 @@ int read_engine_choice() {
 
 namespace compat = memlayer::pocl_core::compat;
 
+// Never destroyed: a program may release its last context or buffer from a
+// static destructor of its own, or from a PoCL worker finishing while exit()
+// runs static destructors (that crashed PoCL's test_command_buffer_images
+// and test_issue_445 when these were ordinary globals).
+template <class T>
+union Immortal {
+  T value;
+  constexpr Immortal() : value() {}
+  ~Immortal() {}
+};
+
 // ---- per-buffer state --------------------------------------------------------
 
 struct ContextState;
@@ -149,8 +160,10 @@ long read_link_limit() {
   return n;
 }
 
+const long g_link_limit = read_link_limit();
+
 bool within_link_limit(std::size_t more) {
-  static const long limit = read_link_limit();
+  const long limit = g_link_limit;
   if (limit < 0 || more == 0) return true;
   static std::atomic<unsigned long> reserved{0};
   return reserved.fetch_add(more) + more <= static_cast<unsigned long>(limit);
@@ -183,6 +196,9 @@ class PoclHost final : public memlayer::engine::Host {
   // stays valid where it was, their own location included. Any other
   // failure is `failed`, the safe side (engine/host.hpp). The flag is set
   // before the event's status turns negative, both under the event's lock.
+  // Each command the engine recorded that completes is told to it
+  // (pocl_ml_command_completed, from pocl_update_event_finished).
+  bool tells_completions() const noexcept override { return true; }
   memlayer::engine::EventStatus status(Event e) const noexcept override {
     cl_event ev = event_of(e);
     const cl_int s = __atomic_load_n(&ev->status, __ATOMIC_ACQUIRE);
@@ -503,6 +519,9 @@ class HeldFailures {
  public:
   // Call with the command made and its syncs created, before it is enqueued.
   void hold_if_failing_early(cl_event e) {
+    // The flag only ever goes from 0 to 1, under the event's lock: a look
+    // under the lock that read 0 would be no later than this one.
+    if (__atomic_load_n(&e->dependency_failed, __ATOMIC_ACQUIRE) == 0) return;
     POCL_LOCK_OBJ(e);
     const bool hold = e->dependency_failed != 0;
     if (hold) ++e->pocl_refcount;
@@ -541,7 +560,10 @@ class HeldFailures {
   std::atomic<std::size_t> count_{0};
 };
 
-HeldFailures& held_failures();
+// Never destroyed, as the other globals here (Immortal, above); made
+// before anything runs (constinit): no guard to check at each use.
+constinit Immortal<HeldFailures> g_held_failures;
+HeldFailures& held_failures() { return g_held_failures.value; }
 
 void PoclHost::submit_copy(CopyHandle copy, std::span<const Event> deps) noexcept {
   auto& pending = *static_cast<PendingCopy*>(copy.host_data.get());
@@ -577,23 +599,6 @@ std::string PoclHost::location_name(Location at) const {
 }
 
 // ---- per-context state ----------------------------------------------------------
-
-// Never destroyed: a program may release its last context or buffer from a
-// static destructor of its own, or from a PoCL worker finishing while exit()
-// runs static destructors (that crashed PoCL's test_command_buffer_images
-// and test_issue_445 when these were ordinary globals).
-template <class T>
-union Immortal {
-  T value;
-  Immortal() : value() {}
-  ~Immortal() {}
-};
-
-// Never destroyed, as the other globals here (Immortal, above).
-HeldFailures& held_failures() {
-  static Immortal<HeldFailures> held;
-  return held.value;
-}
 
 std::mutex g_context_mutex;
 Immortal<std::list<ContextState*>> g_live_contexts_storage;  // under g_context_mutex, for statistics

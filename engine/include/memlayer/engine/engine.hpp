@@ -140,7 +140,7 @@ class Buffer {
   // records name there (the fast path lists no writer among the users:
   // its record names it until it has finished). Appended to `out`.
   void users_at(Location at, std::vector<Event>& out) const;
-  static migration::EventOps ops_of(CommandTable& table);
+  static migration::EventOps ops_of(CommandTable& table, bool host_tells);
 
   Engine& engine_;
   void* cookie_;
@@ -330,6 +330,7 @@ class Engine {
   static constexpr std::size_t kFirstSweep = 256;
 
   Host& host_;
+  const bool host_tells_completions_;    // Host::tells_completions(), asked once
   std::unique_ptr<CommandTable> table_;  // every Event the engine records is its name
   std::atomic<std::size_t> sweep_at_{kFirstSweep};
   std::mutex registry_mutex_;

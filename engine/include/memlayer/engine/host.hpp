@@ -148,6 +148,13 @@ class Host {
   [[nodiscard]] virtual EventStatus status(Event e) const noexcept = 0;
   /// status(e) != running.
   [[nodiscard]] bool finished(Event e) const noexcept { return status(e) != EventStatus::running; }
+  /// Whether this host calls Engine::completed() for every command of the
+  /// engine's that completes (engine.hpp). Then the engine leaves completed
+  /// commands to it: it does not also tell its command table of the writers
+  /// its undo records show completed. Asked once, when the engine is made.
+  /// A host that says so and misses some: their events are given back
+  /// later (when the table's free slots run out), never lost.
+  [[nodiscard]] virtual bool tells_completions() const noexcept { return false; }
 
   // ---- storage ------------------------------------------------------------
   /// Storage for all `size` bytes of buffer `cookie` at `at` (a device
