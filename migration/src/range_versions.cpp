@@ -16,11 +16,6 @@ namespace {
 // not finished (queued behind a user event) costs O(1) amortised per reader
 // added, not a scan each time (add_reader()).
 constexpr std::size_t kPruneThreshold = 8;
-// Undo records kept per buffer: more unfinished writes forget the oldest,
-// whose content is then lost only if its writer fails (settle_span()). It
-// bounds the memory of a deep queue and what a failed writer's search goes
-// through.
-constexpr std::size_t kMaxUndo = 1024;
 // How many undo records the fast path lets pile up before it looks whether
 // the oldest writer completed (fast_prepare()): first, and at most.
 constexpr std::size_t kFastTrimFirst = 8, kFastTrimMost = 64;
@@ -774,9 +769,6 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
   while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
 }
 
-// The command's bytes [offset, offset + size) are the new version, held only
-// where it runs; what they were goes into an undo record until it
-// completes.
 // write_span()'s record of a span that is not narrow: it moves whole into
 // the place in wide_ plan() / fast_prepare() made free. Out of line: the
 // common case stays small.
@@ -789,23 +781,6 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
   r.size = size;
   r.wide = take_wide();
   wide_[r.wide] = std::move(s);  // leaves s's lists empty
-}
-
-void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
-                               Location at, Event command) {
-  if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
-  ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
-  const Holder now{at, command};
-  if (fits_narrow(s)) [[likely]] {
-    undo_.emplace_back(command, at, offset, size, s);  // room made by plan() / fast_prepare()
-    s.holders.assign_one(now);
-  } else {
-    record_wide(s, offset, size, at, command);
-    s.holders.push_back(now);  // the record took its lists: inline room
-  }
-  s.version = version;
-  s.anywhere = false;
-  s.last_writer = command;
 }
 
 void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses,

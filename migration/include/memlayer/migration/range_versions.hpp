@@ -305,6 +305,11 @@ class RangeVersions {
     Event holder_ready = nullptr;
   };
   static constexpr std::uint32_t kNarrow = ~std::uint32_t{0};
+  // Undo records kept per buffer: more unfinished writes forget the oldest,
+  // whose content is then lost only if its writer fails (settle_span()). It
+  // bounds the memory of a deep queue and what a failed writer's search
+  // goes through.
+  static constexpr std::size_t kMaxUndo = 1024;
   static_assert(std::is_trivially_copyable_v<Undo> && std::is_trivially_destructible_v<Undo> && sizeof(Undo) == 64);
   [[nodiscard]] static bool fits_narrow(const Span& s) { return s.readers.empty() && s.holders.size() <= 1; }
   // The span record `r` puts back; a wide one's place is free again.
@@ -399,6 +404,27 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
   }
   for (Event r : s.readers) wait(r);
   write_span(s, fast_span_->first, use.size, next_version_++, at, command);
+}
+
+// The command's bytes [offset, offset + size) are the new version, held only
+// where it runs; what they were goes into an undo record until it
+// completes. Here, not in range_versions.cpp: the fast path's commit
+// (fast_commit, in the engine's loop) inlines it.
+inline void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
+                                      Location at, Event command) {
+  if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
+  ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
+  const Holder now{at, command};
+  if (fits_narrow(s)) [[likely]] {
+    undo_.emplace_back(command, at, offset, size, s);  // room made by plan() / fast_prepare()
+    s.holders.assign_one(now);
+  } else {
+    record_wide(s, offset, size, at, command);
+    s.holders.push_back(now);  // the record took its lists: inline room
+  }
+  s.version = version;
+  s.anywhere = false;
+  s.last_writer = command;
 }
 
 }  // namespace memlayer::migration
