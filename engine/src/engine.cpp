@@ -21,7 +21,9 @@ bool fast_path_by_default() {
 }  // namespace
 
 Engine::Engine(Host& host)
-    : host_(host), host_tells_completions_(host.tells_completions()), table_(std::make_unique<CommandTable>(host)) { fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed); }
+    : host_(host), host_tells_completions_(host.tells_completions()), table_(std::make_unique<CommandTable>(host)) {
+  fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed);
+}
 
 Engine::~Engine() = default;
 

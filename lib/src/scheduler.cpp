@@ -138,6 +138,13 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
       s = out_of_host_memory("the command's work");
     }
   }
+  // The engine hears of a success here (Engine::completed): its reference
+  // to the event goes back on the thread that ran the command, not at a
+  // later enqueue's look. The work is done, so nothing need wait for it; and
+  // the buffers this node holds, which dropping the work and keep_alive
+  // below may let go (their context, and its engine, with them), are still
+  // held.
+  if (s.ok() && node->engine != nullptr) node->engine->completed(node->engine_name);
   node->work = nullptr;  // drop captured buffers as soon as the work is done
   // Before the event completes: a buffer the application released is freed
   // by the time a wait on its last command returns, so its memory is
@@ -145,11 +152,6 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
   node->keep_alive.clear();
   if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
-  // The engine's reference to the event goes back here, on the worker that
-  // ran it, not at a later enqueue's look (Engine::completed). The context,
-  // and its engine, outlive this call: its destructor joins this worker
-  // first (ContextState::~ContextState).
-  if (node->engine != nullptr && node->event->status() == cl::kComplete) node->engine->completed(node->engine_name);
 }
 
 }  // namespace memlayer::runtime::detail

@@ -187,6 +187,9 @@ class PoclHost final : public memlayer::engine::Host {
 
   void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
   void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
+  // Each command the engine recorded that completes is told to it
+  // (pocl_ml_command_completed, from pocl_update_event_finished).
+  bool tells_completions() const noexcept override { return true; }
   // PoCL keeps no record of whether a failed command had started (its
   // time_start only with profiling). `dependency_failed` (our patches'
   // field) marks the commands that failed without running: a dependency
@@ -196,9 +199,6 @@ class PoclHost final : public memlayer::engine::Host {
   // stays valid where it was, their own location included. Any other
   // failure is `failed`, the safe side (engine/host.hpp). The flag is set
   // before the event's status turns negative, both under the event's lock.
-  // Each command the engine recorded that completes is told to it
-  // (pocl_ml_command_completed, from pocl_update_event_finished).
-  bool tells_completions() const noexcept override { return true; }
   memlayer::engine::EventStatus status(Event e) const noexcept override {
     cl_event ev = event_of(e);
     const cl_int s = __atomic_load_n(&ev->status, __ATOMIC_ACQUIRE);

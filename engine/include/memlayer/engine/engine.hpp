@@ -287,14 +287,16 @@ class Engine {
                                                     Submission& out);
 
   /// The command `name` names (Submission::command() of its enqueue) has
-  /// completed: its event reads completed. The engine gives its reference
-  /// to that event back now, on the calling thread (Host::release), and
-  /// reads the command as completed from then on without Host::status. A
-  /// host calls it from its completion path, where it still holds the event
-  /// itself: the event's last release then stays there, off the enqueuing
-  /// thread, as it is for a command the engine never saw. Precondition: the
-  /// command completed; one that failed or was cancelled is never told
-  /// (its failure must stay visible to the commands after it). A name the
+  /// completed. The engine gives its reference to that event back now, on
+  /// the calling thread (Host::release), and reads the command as completed
+  /// from then on without Host::status. A host calls it from its completion
+  /// path, where it still holds the event itself: the event's last release
+  /// then stays there, off the enqueuing thread, as it is for a command the
+  /// engine never saw. Precondition: the command succeeded, its writes all
+  /// done, and its event reads completed or will with nothing else to run
+  /// first (memlayer's runtime tells the engine just before it completes
+  /// the event); one that failed or was cancelled is never told (its
+  /// failure must stay visible to the commands after it). A name the
   /// engine has recycled since (a look saw the completion first), none, or
   /// a second call does nothing. O(1); thread-safe, concurrently with
   /// enqueues, with no lock of the engine's taken.
