@@ -16,17 +16,17 @@ migration::LocationSet initial_holders(bool host_content) {
 // which need no counting (no retain/release), their statuses from the
 // table. While an enqueue holds the buffer, ops_.batch remembers the
 // statuses it looked up. Completions the planner derives go to the table,
-// unless the host tells the engine of every one (Host::tells_completions).
+// unless the host tells the engine of every one (Host::tells_ends).
 migration::EventOps Buffer::ops_of(CommandTable& table, bool host_tells) {
   migration::EventOps ops;
   ops.context = &table;
   ops.status = [](void* t, Event e) -> int { return static_cast<int>(static_cast<CommandTable*>(t)->status(e)); };
-  if (!host_tells) ops.completed = [](void* t, Event e) { static_cast<CommandTable*>(t)->learned_completed(e); };
+  if (!host_tells) ops.completed = [](void* t, Event e) { static_cast<CommandTable*>(t)->learned(e, EventStatus::completed); };
   return ops;
 }
 
 Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
-    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(*engine.table_, engine.host_tells_completions_)),
+    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(*engine.table_, engine.host_tells_ends_)),
       versions_(size, initial_holders(host_content), ops_) {
   std::lock_guard lock(engine_.registry_mutex_);
   engine_.registry_.push_front(this);

@@ -89,11 +89,11 @@ void CommandTable::look_again() noexcept {
   for (int k = 0; k < 64; ++k) {
     const std::uint32_t i = hand_.fetch_add(1, std::memory_order_relaxed) % n;
     const std::uint64_t w = slot(i).word.load(std::memory_order_acquire);
-    if (state_of(w) == kRunning) (void)status(name_of(i, gen_of(w)));
+    if (state_of(w) == kRunning) (void)ask_host(i, slot(i), gen_of(w));
   }
 }
 
-Event CommandTable::make(Event e, bool adopt) noexcept {
+Event CommandTable::make(Event e, bool adopt, bool told) noexcept {
   std::uint32_t index = 0;
   if (!pop_free(index)) {
     look_again();
@@ -104,7 +104,7 @@ Event CommandTable::make(Event e, bool adopt) noexcept {
   if (!adopt) host_.retain(e, 1);
   s.host = e;
   const std::uint32_t gen = gen_of(s.word.load(std::memory_order_relaxed));
-  s.word.store(word(gen, kRunning), std::memory_order_release);
+  s.word.store(word(gen, kRunning) | (told ? kTold : 0), std::memory_order_release);
   return name_of(index, gen);
 }
 
@@ -126,9 +126,15 @@ EventStatus CommandTable::status(Event name) noexcept {
   std::uint64_t w = s.word.load(std::memory_order_acquire);
   if (gen_of(w) != gen) return EventStatus::completed;
   if (state_of(w) != kRunning) return status_of(state_of(w));
+  if ((w & kTold) != 0) return EventStatus::running;
+  return ask_host(index, s, gen);
+}
+
+// A look at a slot that read running with generation `gen`.
+EventStatus CommandTable::ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept {
   // Pinned, the slot keeps its event until this look is done (try_release).
   s.pins.fetch_add(1, std::memory_order_seq_cst);
-  w = s.word.load(std::memory_order_seq_cst);
+  std::uint64_t w = s.word.load(std::memory_order_seq_cst);
   EventStatus r;
   if (gen_of(w) != gen) {
     r = EventStatus::completed;
@@ -145,13 +151,17 @@ EventStatus CommandTable::status(Event name) noexcept {
   return r;
 }
 
-void CommandTable::learned_completed(Event name) noexcept {
-  if (name == nullptr) return;
+void CommandTable::learned(Event name, EventStatus status) noexcept {
+  if (name == nullptr || status == EventStatus::running) return;
   const std::uint32_t index = index_of(name), gen = gen_of(name);
   Slot& s = slot(index);
   std::uint64_t w = s.word.load(std::memory_order_acquire);
   if (gen_of(w) != gen || state_of(w) != kRunning) return;
-  if (!s.word.compare_exchange_strong(w, word(gen, kCompleted), std::memory_order_seq_cst)) return;
+  if (!s.word.compare_exchange_strong(w, word(gen, state_for(status)), std::memory_order_seq_cst)) return;
+  if (status != EventStatus::completed) {
+    failed_kept_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   // A look that pinned it releases it when it unpins (unpin()).
   if (s.pins.load(std::memory_order_seq_cst) == 0) try_release(index, s);
 }

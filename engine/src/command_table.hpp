@@ -19,7 +19,10 @@
 //     event. It pins the slot first and looks again; the event goes back to
 //     the host only once the final status is cached and no pin is left, and
 //     a look that pins after that reads the cached status and never touches
-//     the event.
+//     the event. A slot made `told` (a command whose host tells its end:
+//     Host::tells_ends) is not asked: running there is one load, until
+//     learned() makes it final. Only look_again(), when the free slots run
+//     out, asks the host about it (a tell the host missed).
 //   * A slot whose command failed or was cancelled keeps reading so, and
 //     keeps its event (a command that waits for it must fail with it): it
 //     is recycled only by recycle_unnamed(), once no record names it
@@ -54,27 +57,30 @@ class CommandTable {
 
   /// A new name for host event `e` (not nullptr), running. The table holds
   /// one reference to `e` from now on: it takes one (`adopt` false) or takes
-  /// over one the caller holds (`adopt` true). nullptr when no slot can be
+  /// over one the caller holds (`adopt` true). `told`: the host will tell
+  /// how it ends (learned()), so status() never asks it. nullptr when no slot can be
   /// had (no host memory for a new block of slots): then nothing is taken.
   /// O(1) amortised; a block of slots is added, or up to 64 running slots
   /// are looked at again (finding those that completed unseen), when none
   /// is free.
-  [[nodiscard]] Event make(Event e, bool adopt) noexcept;
+  [[nodiscard]] Event make(Event e, bool adopt, bool told = false) noexcept;
   /// Gives back a name nothing records (the command of an enqueue that
   /// failed, a copy never started): its event's reference goes back to the
   /// host, the slot is free. O(1).
   void discard(Event name) noexcept;
 
   /// How the command named stands (nullptr, or a recycled slot: completed).
-  /// O(1): a load once the status is final; else a call of Host::status.
+  /// O(1): a load once the status is final, or while a told slot runs;
+  /// else a call of Host::status.
   [[nodiscard]] EventStatus status(Event name) noexcept;
   [[nodiscard]] bool finished(Event name) noexcept { return status(name) != EventStatus::running; }
-  /// The command named has completed, as the caller knows without asking
-  /// the host (migration::EventOps::completed): a running slot reads
-  /// completed from now on and, once no look has it pinned, gives its event
-  /// back and is recycled, with no Host::status call. Nothing for a name
-  /// already final or recycled. O(1).
-  void learned_completed(Event name) noexcept;
+  /// The command named has ended with `status`, as the caller knows without
+  /// asking the host (Engine::ended, migration::EventOps::completed): a
+  /// running slot reads so from now on. Completed, once no look has it
+  /// pinned, it gives its event back and is recycled; failed or cancelled,
+  /// it keeps it (rule 2). Nothing for a name already final or recycled, or
+  /// for `status` running. O(1).
+  void learned(Event name, EventStatus status) noexcept;
   /// The host's event behind `name`, with one reference more for the
   /// caller; nullptr when it completed (nothing is left to wait for). A
   /// failed one is returned: what waits for it must fail. O(1).
@@ -108,6 +114,7 @@ class CommandTable {
   static constexpr std::size_t kMaxChunks = std::size_t{1} << 12;  // 16 M slots
   static constexpr std::uint64_t kFree = 0, kRunning = 1, kCompleted = 2, kCancelled = 3, kFailed = 4;
   static constexpr std::uint64_t kStateMask = 0xf, kReleased = 0x10;
+  static constexpr std::uint64_t kTold = 0x20;  // while running: the host tells the end (make())
 
   static std::uint64_t word(std::uint32_t gen, std::uint64_t state) { return std::uint64_t{gen} << 32 | state; }
   static std::uint32_t gen_of(std::uint64_t w) { return static_cast<std::uint32_t>(w >> 32); }
@@ -125,6 +132,7 @@ class CommandTable {
   Slot& slot(std::uint32_t index) const noexcept {
     return chunks_[index >> kChunkBits].load(std::memory_order_acquire)[index & (kChunk - 1)];
   }
+  EventStatus ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;
   void unpin(std::uint32_t index, Slot& s) noexcept;
   void try_release(std::uint32_t index, Slot& s) noexcept;
   void recycle(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;

@@ -21,7 +21,7 @@ bool fast_path_by_default() {
 }  // namespace
 
 Engine::Engine(Host& host)
-    : host_(host), host_tells_completions_(host.tells_completions()), table_(std::make_unique<CommandTable>(host)) {
+    : host_(host), host_tells_ends_(host.tells_ends()), table_(std::make_unique<CommandTable>(host)) {
   fast_path_on_.store(fast_path_by_default(), std::memory_order_relaxed);
 }
 
@@ -36,8 +36,8 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
   return Transaction(*this, uses, at, command, out).run();
 }
 
-void Engine::completed(CommandName name) noexcept {
-  table_->learned_completed(reinterpret_cast<Event>(static_cast<std::uintptr_t>(name)));
+void Engine::ended(CommandName name, EventStatus status) noexcept {
+  table_->learned(reinterpret_cast<Event>(static_cast<std::uintptr_t>(name)), status);
 }
 
 std::optional<EnqueueError> Engine::place(Buffer& buffer, Location at, Submission& out) {

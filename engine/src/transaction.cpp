@@ -51,7 +51,7 @@ std::optional<EnqueueError> Transaction::run() {
   try {
     group_uses();
     out_.storage_.assign(uses_.size(), 0);
-    command_ = table_.make(host_command_, false);
+    command_ = table_.make(host_command_, false, engine_.host_tells_ends_);
     if (command_ == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;

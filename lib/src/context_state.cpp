@@ -206,6 +206,7 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
     // whatever waits for it fails or goes on as for any failed command.
     const char* what = "enqueue: wiring the command after the engine placed it";
     Status s = out_of_host_memory(what);
+    tell_engine(*node, engine::EventStatus::cancelled);
     finish(node->event, s.code, std::move(s.message));
     return Result<Event>(out_of_host_memory(what));
   }

@@ -18,9 +18,9 @@ class EngineHost final : public engine::Host {
   void retain(engine::Event e, std::uint32_t count) noexcept override;
   void release(engine::Event e, std::uint32_t count) noexcept override;
   [[nodiscard]] engine::EventStatus status(engine::Event e) const noexcept override;
-  // Each command the engine recorded that completes is told to it
-  // (scheduler.cpp: run()).
-  [[nodiscard]] bool tells_completions() const noexcept override { return true; }
+  // Each command the engine recorded is told to it as it ends
+  // (scheduler.cpp: tell_engine()).
+  [[nodiscard]] bool tells_ends() const noexcept override { return true; }
 
   engine::Allocation allocate(engine::Location at, void* cookie, std::uint64_t size) override;
   void free(engine::Location at, void* cookie, engine::StorageHandle storage, std::uint64_t size,

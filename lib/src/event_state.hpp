@@ -131,7 +131,8 @@ struct CommandNode {
   std::shared_ptr<CommandNode> next_failed;  // finish()'s nodes to fail
   std::shared_ptr<EventState> failed_by;     // with next_failed: the dependency that failed
   // The migration engine that recorded it, and its name there
-  // (engine.hpp: Submission::command()): told once it completed (run()).
+  // (engine.hpp: Submission::command()): told how it ended, once
+  // (scheduler.hpp: tell_engine()).
   engine::Engine* engine = nullptr;
   engine::CommandName engine_name{};
 };

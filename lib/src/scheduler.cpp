@@ -101,6 +101,12 @@ void add_dep(CommandNode& node, std::shared_ptr<EventState> dep, bool propagate)
   node.deps.push_back(WaitLink{std::move(dep), nullptr, nullptr, propagate});  // within capacity: no allocation
 }
 
+void tell_engine(CommandNode& node, engine::EventStatus status) noexcept {
+  if (node.engine == nullptr) return;
+  node.engine->ended(node.engine_name, status);
+  node.engine = nullptr;
+}
+
 void submit(const std::shared_ptr<CommandNode>& node) noexcept {
   for (WaitLink& link : node->deps) {
     const std::shared_ptr<EventState> dep = std::move(link.dep);
@@ -108,8 +114,10 @@ void submit(const std::shared_ptr<CommandNode>& node) noexcept {
     // Once linked, the link is the dependency's to use (it may end now, on
     // another thread): only `dep`, held here, is read after.
     if (auto ended = dep->add_waiter(link, node)) {
-      if (link.propagate && *ended < 0 && !node->ended.exchange(true))
+      if (link.propagate && *ended < 0 && !node->ended.exchange(true)) {
+        tell_engine(*node, engine::EventStatus::cancelled);
         finish(node->event, cl::kExecStatusErrorForEventsInWaitList, failed_dependency_message(*dep));
+      }
       node->pending.fetch_sub(1);
     }
   }
@@ -123,6 +131,7 @@ void finish(const std::shared_ptr<EventState>& event, int status, std::string me
     const std::shared_ptr<CommandNode> node = std::move(to_fail);
     to_fail = std::move(node->next_failed);
     const std::shared_ptr<EventState> cause = std::move(node->failed_by);
+    tell_engine(*node, engine::EventStatus::cancelled);
     end(node->event, cl::kExecStatusErrorForEventsInWaitList, failed_dependency_message(*cause), to_fail);
   }
 }
@@ -138,13 +147,13 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
       s = out_of_host_memory("the command's work");
     }
   }
-  // The engine hears of a success here (Engine::completed): its reference
-  // to the event goes back on the thread that ran the command, not at a
-  // later enqueue's look. The work is done, so nothing need wait for it; and
-  // the buffers this node holds, which dropping the work and keep_alive
-  // below may let go (their context, and its engine, with them), are still
-  // held.
-  if (s.ok() && node->engine != nullptr) node->engine->completed(node->engine_name);
+  // The engine hears how it ended here: the work is done, so nothing need
+  // wait for it; and the buffers this node holds, which dropping the work
+  // and keep_alive below may let go (their context, and its engine, with
+  // them), are still held.
+  tell_engine(*node, s.ok()                ? engine::EventStatus::completed
+                     : s.changed_nothing ? engine::EventStatus::cancelled
+                                         : engine::EventStatus::failed);
   node->work = nullptr;  // drop captured buffers as soon as the work is done
   // Before the event completes: a buffer the application released is freed
   // by the time a wait on its last command returns, so its memory is

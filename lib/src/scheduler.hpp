@@ -32,6 +32,14 @@ void reserve_deps(CommandNode& node, std::size_t more);
 /// room reserve_deps() made (checked): allocates nothing.
 void add_dep(CommandNode& node, std::shared_ptr<EventState> dep, bool propagate) noexcept;
 
+/// Tells the migration engine that recorded `node` how it ended
+/// (Engine::ended; EngineHost::tells_ends), once: nothing for a node the
+/// engine did not record or a second call. Every path that ends such a
+/// node calls it before it ends the node's event, so that nothing sees the
+/// end before the engine does, and while the node still holds its buffers
+/// (and so the engine). O(1). Thread-safe for distinct nodes.
+void tell_engine(CommandNode& node, migration::EventStatus status) noexcept;
+
 /// Wires `node` after its dependencies, then releases it; it may run (or
 /// fail) on this thread's call when nothing is pending. Thread-safe.
 void submit(const std::shared_ptr<CommandNode>& node) noexcept;

@@ -42,6 +42,7 @@ struct Task {
   bool submitted = false, discarded = false, done = false;
   EventStatus outcome = EventStatus::running;  // once done
   int refs = 0;  // the engine's references
+  CommandName name = CommandName::none;  // the engine's, told as it ends (ByteHost::tell)
   [[nodiscard]] bool failed() const { return done && outcome != EventStatus::completed; }
 };
 
@@ -87,13 +88,16 @@ class ByteHost final : public Host {
     EXPECT_GE(t.refs, static_cast<int>(count)) << "task " << t.id << " released more often than retained";
     t.refs -= static_cast<int>(count);
   }
-  bool tells_completions() const noexcept override { return tells; }
+  bool tells_ends() const noexcept override { return tells; }
   EventStatus status(Event e) const noexcept override {
     ++status_calls;
     const Task& t = *static_cast<const Task*>(e);
     // A host may free an event nobody holds: the engine asks only about
     // those it holds a reference to (its command table's slots).
     EXPECT_GT(t.refs, 0) << "the status of task " << t.id << " was asked with no reference held";
+    return reported(t);
+  }
+  EventStatus reported(const Task& t) const {
     if (!t.done) return EventStatus::running;
     // Like PoCL, which keeps no record of whether a failed command started.
     if (faults.report_failed && t.outcome == EventStatus::cancelled) return EventStatus::failed;
@@ -341,7 +345,10 @@ class ByteHost final : public Host {
   std::function<void()> on_free;
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
-  bool tells = false;  // tells_completions(): set before the engine is made
+  bool tells = false;  // tells_ends(): set before the engine is made
+  /// With `tells`: the engine told how each command with a name ends, as
+  /// run_one() ends it (Engine::ended).
+  Engine* tell = nullptr;
   mutable long status_calls = 0;
   Faults faults;
   int failed_waits = 0;  // waits the engine named on events that had failed already
@@ -403,6 +410,7 @@ class ByteHost final : public Host {
     } else if (t->work) {
       t->work();
     }
+    if (tell != nullptr && t->name != CommandName::none) tell->ended(t->name, reported(*t));
     return true;
   }
 

@@ -90,20 +90,47 @@ TEST(CommandTable, ACompletionLearnedOtherwiseGivesTheEventBackWithoutAskingTheH
   const Event first = table.make(&a, false);
   const Event second = table.make(&b, false);
   finish(a, EventStatus::completed);
-  table.learned_completed(first);
+  table.learned(first, EventStatus::completed);
   EXPECT_EQ(a.refs, 0) << "given back at once";
   EXPECT_EQ(host.status_calls, 0);
   EXPECT_EQ(table.status(first), EventStatus::completed);
   EXPECT_EQ(host.status_calls, 0) << "a recycled slot answers without the host";
-  table.learned_completed(first);  // again: the slot is another's, or free
+  table.learned(first, EventStatus::completed);  // again: the slot is another's, or free
   EXPECT_EQ(table.status(second), EventStatus::running);
   EXPECT_EQ(b.refs, 1) << "the other command keeps its event";
   finish(b, EventStatus::failed);
   EXPECT_EQ(table.status(second), EventStatus::failed);
-  table.learned_completed(second);  // final already: stays failed, keeps its event
+  table.learned(second, EventStatus::completed);  // final already: stays failed, keeps its event
   EXPECT_EQ(table.status(second), EventStatus::failed);
   EXPECT_EQ(b.refs, 1);
   EXPECT_EQ(host.unheld_status, 0);
+}
+
+// A slot made `told` (its host tells how the command ends: Host::tells_ends)
+// reads running with no call of the host until it is told. Told failed, it
+// reads failed and keeps its event (a command that waits for it must fail
+// with it); told completed, it gives the event back.
+TEST(CommandTable, AToldSlotIsNeverAskedAndReadsWhatItIsTold) {
+  AtomicHost host;
+  CommandTable table(host);
+  FakeEvent a, b;
+  const Event done = table.make(&a, false, true);
+  const Event broken = table.make(&b, false, true);
+  finish(a, EventStatus::completed);  // not told yet
+  finish(b, EventStatus::failed);
+  EXPECT_EQ(table.status(done), EventStatus::running);
+  EXPECT_EQ(table.status(broken), EventStatus::running);
+  EXPECT_EQ(host.status_calls, 0) << "a told slot was asked about";
+  table.learned(broken, EventStatus::running);  // not an end
+  EXPECT_EQ(table.status(broken), EventStatus::running);
+  table.learned(broken, EventStatus::failed);
+  EXPECT_EQ(table.status(broken), EventStatus::failed);
+  EXPECT_EQ(b.refs, 1) << "a failed command's event goes only once no record names it";
+  EXPECT_EQ(table.failed_kept(), 1u);
+  table.learned(done, EventStatus::completed);
+  EXPECT_EQ(a.refs, 0);
+  EXPECT_EQ(table.status(done), EventStatus::completed);
+  EXPECT_EQ(host.status_calls, 0);
 }
 
 TEST(CommandTable, AFailedCommandKeepsItsEventUntilNoRecordNamesIt) {
@@ -182,7 +209,8 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < kPerThread; ++i) {
           const std::size_t k = static_cast<std::size_t>(t) * kPerThread + static_cast<std::size_t>(i);
-          names[k].store(table.make(&events[k], false));
+          const bool told = k % 2 == 0;  // its end told (Host::tells_ends), else asked
+          names[k].store(table.make(&events[k], false, told));
           if (k >= 3) {
             const std::size_t other = (k * 7919) % k;  // someone's earlier name, maybe recycled
             if (Event n = names[other].load()) {
@@ -190,10 +218,12 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
               if (Event e = table.retain_host(n)) host.release(e, 1);
             }
             const bool completes = i % 97 != 0;
-            finish(events[k - 3], completes ? EventStatus::completed : EventStatus::failed);
-            // What the planner derives (every writer before a completed
-            // one completed), racing with the looks above.
-            if (completes && i % 3 == 0) table.learned_completed(names[k - 3].load());
+            const EventStatus end = completes ? EventStatus::completed : EventStatus::failed;
+            finish(events[k - 3], end);
+            // The host's tell, or what the planner derives (every writer
+            // before a completed one completed), racing with the looks above.
+            if ((k - 3) % 2 == 0) table.learned(names[k - 3].load(), end);
+            else if (completes && i % 3 == 0) table.learned(names[k - 3].load(), EventStatus::completed);
           }
           (void)table.status(names[k].load());
         }

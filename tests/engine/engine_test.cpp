@@ -177,7 +177,7 @@ TEST_F(EngineTest, AFailedCommandsEventGoesBackOnceNoBufferNamesIt) {
   EXPECT_LE(held, 256) << "failed commands' events pile up";
 }
 
-// A host's completion path tells the engine (Engine::completed): the
+// A host's completion path tells the engine (Engine::ended): the
 // engine's reference to the event goes back there and then, not at a later
 // enqueue's look, and the command reads completed without asking the host.
 TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
@@ -192,10 +192,13 @@ TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
   ASSERT_TRUE(writer->done);
   EXPECT_EQ(writer->refs, 1) << "the command table's reference";
 
-  engine_->completed(name);
+  engine_->ended(name, EventStatus::running);  // not an end: nothing happens
+  EXPECT_EQ(writer->refs, 1);
+  engine_->ended(name, EventStatus::completed);
   EXPECT_EQ(writer->refs, 0) << "told completed, the engine still holds the event";
-  engine_->completed(name);  // again, and a name of nothing: nothing happens
-  engine_->completed(CommandName::none);
+  engine_->ended(name, EventStatus::completed);  // again, and a name of nothing: nothing happens
+  engine_->ended(name, EventStatus::failed);
+  engine_->ended(CommandName::none, EventStatus::completed);
   EXPECT_EQ(writer->refs, 0);
 
   // The next command over b neither waits for the writer nor asks about it.
@@ -211,7 +214,7 @@ TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
 // The undo records of writers that all completed go with one look
 // (RangeVersions::trim_from_first), and their writers are told to the
 // command table, which gives their events back, unless the host tells the
-// engine of every completion itself (Host::tells_completions): then the
+// engine of every end itself (Host::tells_ends): then the
 // table waits for the host, and those events stay held until it tells.
 TEST(EngineCompletions, ThePlannerTellsTheTableOnlyWhenTheHostDoesNot) {
   for (const bool tells : {false, true}) {
@@ -245,10 +248,79 @@ TEST(EngineCompletions, ThePlannerTellsTheTableOnlyWhenTheHostDoesNot) {
       int held = 0;
       for (int i = 1; i < 11; ++i) held += writers[i]->refs > 0 ? 1 : 0;
       EXPECT_EQ(held, tells ? 10 : 0) << "writers the engine was not told of and still holds";
-      for (CommandName n : names) engine.completed(n);
+      for (CommandName n : names) engine.ended(n, EventStatus::completed);
       for (const Task* w : writers) EXPECT_EQ(w->refs, 0) << "told completed, task " << w->id << " is still held";
     }
   }
+}
+
+// A host that tells how each command ends (Host::tells_ends) is never
+// asked about the engine's commands: a queue of writers none of which has
+// run costs no status call (an asked host: one per enqueue, the
+// QueuedWritersCostOneStatusLookPerEnqueue test). A failure it tells is
+// undone at the next enqueue, as one the engine asked about.
+TEST(EngineEnds, AHostThatTellsEndsIsNeverAskedAndItsFailuresAreUndone) {
+  ByteHost host(1, 8 << 10, 1);
+  host.tells = true;
+  {
+    Engine engine(host);
+    host.tell = &engine;
+    HostBuffer cookie;
+    Buffer b(engine, &cookie, 64, false);
+    Submission sub;
+    int read = -1;
+    auto enqueue = [&](Access access, std::uint8_t value, Task* gate) -> Task& {
+      Task& t = host.command(nullptr);
+      EXPECT_FALSE(engine.enqueue({{{&b, {0, 64, access}}}}, 1, &t, sub));
+      t.name = sub.command();
+      std::uint8_t* at = host.bytes(1, sub.storage()[0]);
+      if (writes(access)) t.work = [at, value] { std::memset(at, value, 64); };
+      else t.work = [at, &read] { read = at[0]; };
+      std::vector<Task*> gates;
+      if (gate != nullptr) gates.push_back(gate);
+      host.start(t, sub.waits(), gates);
+      sub.clear();
+      return t;
+    };
+    enqueue(Access::overwrite, 0x11, nullptr);
+    host.run_all();
+    Task& gate = host.user_event();
+    for (int i = 0; i < 20; ++i) enqueue(Access::read_write, 0x22, i == 0 ? &gate : nullptr);
+    EXPECT_EQ(host.status_calls, 0) << "the host was asked about commands whose ends it tells";
+
+    host.end_user(gate, false);  // the 20 writers fail, told as they end
+    host.run_all();
+    Task& reader = enqueue(Access::read, 0, nullptr);
+    host.run_all();
+    EXPECT_FALSE(reader.failed()) << "the reader waited for a failed writer: the failures told were not undone";
+    EXPECT_EQ(host.failed_waits, 0);
+    EXPECT_EQ(read, 0x11) << "the content before the failed writers";
+    EXPECT_EQ(host.status_calls, 0);
+    host.tell = nullptr;
+  }
+  EXPECT_EQ(host.outstanding_refs(), 0);
+}
+
+// A host that says it tells ends but misses them: once the command table's
+// free slots run out it asks the host about the slots still running
+// (CommandTable::look_again), so the completed commands' events go back
+// and the table stops growing.
+TEST(EngineEnds, EndsTheHostMissedAreFoundWhenTheSlotsRunOut) {
+  ByteHost host(1, 8 << 10, 1);
+  host.tells = true;  // and host.tell stays null: it tells nothing
+  Engine engine(host);
+  HostBuffer cookie;
+  Buffer b(engine, &cookie, 64, false);
+  Submission sub;
+  for (int i = 0; i < 10000; ++i) {
+    Task& t = host.command(nullptr);
+    ASSERT_FALSE(engine.enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &t, sub));
+    host.start(t, sub.waits());
+    sub.clear();
+    host.run_all();
+  }
+  EXPECT_GT(host.status_calls, 0);
+  EXPECT_LT(host.outstanding_refs(), 4200) << "events of completed commands the engine never gave back";
 }
 
 // A failed enqueue names no command: there is nothing to tell.

@@ -242,7 +242,7 @@ TEST_F(TwoDevices, PoclOwnEngineLosesThem) {
 
 // The engine records each command it enqueues with one reference to its
 // event, and gives it back when PoCL ends the command
-// (pocl_ml_command_completed), not at some later enqueue over the same
+// (pocl_ml_command_ended), not at some later enqueue over the same
 // buffers: with nothing more enqueued, the application's reference is soon
 // the only one. (PoCL's completion path runs on after clFinish and
 // clWaitForEvents return: the count is polled, for at most 10 s.)

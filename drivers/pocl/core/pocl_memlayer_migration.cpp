@@ -187,9 +187,9 @@ class PoclHost final : public memlayer::engine::Host {
 
   void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
   void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
-  // Each command the engine recorded that completes is told to it
-  // (pocl_ml_command_completed, from pocl_update_event_finished).
-  bool tells_completions() const noexcept override { return true; }
+  // Each command the engine recorded is told to it as it ends
+  // (pocl_ml_command_ended, from pocl_update_event_finished).
+  bool tells_ends() const noexcept override { return true; }
   // PoCL keeps no record of whether a failed command had started (its
   // time_start only with profiling). `dependency_failed` (our patches'
   // field) marks the commands that failed without running: a dependency
@@ -201,7 +201,10 @@ class PoclHost final : public memlayer::engine::Host {
   // before the event's status turns negative, both under the event's lock.
   memlayer::engine::EventStatus status(Event e) const noexcept override {
     cl_event ev = event_of(e);
-    const cl_int s = __atomic_load_n(&ev->status, __ATOMIC_ACQUIRE);
+    return status_of(ev, __atomic_load_n(&ev->status, __ATOMIC_ACQUIRE));
+  }
+  // What `ev` ending (or ended) with OpenCL status `s` means to the engine.
+  static memlayer::engine::EventStatus status_of(cl_event ev, cl_int s) noexcept {
     if (s > CL_COMPLETE) return memlayer::engine::EventStatus::running;
     if (s == CL_COMPLETE) return memlayer::engine::EventStatus::completed;
     return __atomic_load_n(&ev->dependency_failed, __ATOMIC_ACQUIRE) ? memlayer::engine::EventStatus::cancelled
@@ -1001,12 +1004,12 @@ void pocl_ml_release_context(cl_context context) {
   }
 }
 
-void pocl_ml_command_completed(cl_event event) {
+void pocl_ml_command_ended(cl_event event, cl_int status) {
   const auto name = static_cast<memlayer::engine::CommandName>(event->memlayer_command);
   event->memlayer_command = 0;
   // The event holds its queue, which holds the context: its engine lives.
   auto* cs = static_cast<ContextState*>(__atomic_load_n(&event->context->memlayer_state, __ATOMIC_ACQUIRE));
-  if (cs != nullptr) cs->engine.completed(name);
+  if (cs != nullptr) cs->engine.ended(name, PoclHost::status_of(event, status));
 }
 
 int pocl_ml_migration_retry(_cl_command_node* node) {

@@ -117,12 +117,15 @@ void pocl_ml_release_mem (cl_mem mem);
 void pocl_ml_release_context (cl_context context);
 
 /* The command of `event`, which the engine recorded (its memlayer_command,
- * set by pocl_ml_create_command), has completed: the engine gives its
- * reference to the event back now (memlayer::engine::Engine::completed).
- * Called by pocl_update_event_finished for a command that completed, while
- * PoCL still holds the event, so that the event's last release stays on
- * that path rather than at a later enqueue. Clears memlayer_command. O(1). */
-void pocl_ml_command_completed (cl_event event);
+ * set by pocl_ml_create_command), ends with `status` (CL_COMPLETE, or a
+ * failure): the engine reads it so from now on without asking PoCL, and
+ * for a command that completed gives its reference to the event back now
+ * (memlayer::engine::Engine::ended). Called by pocl_update_event_finished
+ * first, before anything can see the command ended, with no lock held and
+ * while PoCL still holds the event, so that the event's last release stays
+ * on that path rather than at a later enqueue. Clears memlayer_command.
+ * O(1). */
+void pocl_ml_command_ended (cl_event event, cl_int status);
 
 /* For the driver that runs a migration command memlayer's engine made
  * (node, still to run): call when its transfer has failed as often as the

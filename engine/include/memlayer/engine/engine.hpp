@@ -207,7 +207,7 @@ struct EnqueueError {
 };
 
 /// The engine's name for a command it recorded (Submission::command()),
-/// for telling it the command completed (Engine::completed()). Opaque;
+/// for telling it the command ended (Engine::ended()). Opaque;
 /// `none` names nothing.
 enum class CommandName : std::uintptr_t { none = 0 };
 
@@ -231,7 +231,7 @@ class Submission {
   [[nodiscard]] std::span<const StorageHandle> storage() const noexcept { return storage_; }
   /// The engine's name for the command enqueued (none after a failure or
   /// place()): the host keeps it with the command's event, to pass to
-  /// Engine::completed() once the command has completed.
+  /// Engine::ended() once the command has ended.
   [[nodiscard]] CommandName command() const noexcept { return command_; }
   /// Drops the references waits() holds; command() is none again.
   void clear() noexcept;
@@ -287,20 +287,24 @@ class Engine {
                                                     Submission& out);
 
   /// The command `name` names (Submission::command() of its enqueue) has
-  /// completed. The engine gives its reference to that event back now, on
-  /// the calling thread (Host::release), and reads the command as completed
-  /// from then on without Host::status. A host calls it from its completion
-  /// path, where it still holds the event itself: the event's last release
-  /// then stays there, off the enqueuing thread, as it is for a command the
-  /// engine never saw. Precondition: the command succeeded, its writes all
-  /// done, and its event reads completed or will with nothing else to run
-  /// first (memlayer's runtime tells the engine just before it completes
-  /// the event); one that failed or was cancelled is never told (its
-  /// failure must stay visible to the commands after it). A name the
-  /// engine has recycled since (a look saw the completion first), none, or
-  /// a second call does nothing. O(1); thread-safe, concurrently with
+  /// ended with `status` (completed, cancelled or failed, as Host::status
+  /// would say from then on). The engine's command table reads it so from
+  /// now on without Host::status. Completed, the engine gives its
+  /// reference to the event back now, on the calling thread
+  /// (Host::release): a host calls it from its completion path, where it
+  /// still holds the event itself, so that the event's last release stays
+  /// there, off the enqueuing thread, as it is for a command the engine
+  /// never saw. Failed or cancelled, the event stays held, and the next
+  /// enqueue over the command's buffers undoes what it wrote (doc/engine.md,
+  /// failures). Precondition: the command has done all it will do (its
+  /// writes ended); its event may still read running, as long as it will
+  /// end so with nothing else to run first (memlayer's runtime and PoCL
+  /// tell the engine just before they end the event, so that nothing sees
+  /// the end before the engine does: Host::tells_ends). A name the engine
+  /// has recycled since (a look saw the end first), none, a second call,
+  /// or `status` running does nothing. O(1); thread-safe, concurrently with
   /// enqueues, with no lock of the engine's taken.
-  void completed(CommandName name) noexcept;
+  void ended(CommandName name, EventStatus status) noexcept;
 
   /// Places storage for all of `buffer` at `at` now, outside any command,
   /// evicting as enqueue() does: for a host that must hand out a pointer into
@@ -332,7 +336,7 @@ class Engine {
   static constexpr std::size_t kFirstSweep = 256;
 
   Host& host_;
-  const bool host_tells_completions_;    // Host::tells_completions(), asked once
+  const bool host_tells_ends_;           // Host::tells_ends(), asked once
   std::unique_ptr<CommandTable> table_;  // every Event the engine records is its name
   std::atomic<std::size_t> sweep_at_{kFirstSweep};
   std::mutex registry_mutex_;

@@ -148,13 +148,17 @@ class Host {
   [[nodiscard]] virtual EventStatus status(Event e) const noexcept = 0;
   /// status(e) != running.
   [[nodiscard]] bool finished(Event e) const noexcept { return status(e) != EventStatus::running; }
-  /// Whether this host calls Engine::completed() for every command of the
-  /// engine's that completes (engine.hpp). Then the engine leaves completed
-  /// commands to it: it does not also tell its command table of the writers
-  /// its undo records show completed. Asked once, when the engine is made.
-  /// A host that says so and misses some: their events are given back
-  /// later (when the table's free slots run out), never lost.
-  [[nodiscard]] virtual bool tells_completions() const noexcept { return false; }
+  /// Whether this host calls Engine::ended() for every command of the
+  /// engine's (Submission::command()) as it ends, however it ends, before
+  /// anything can see that it ended (engine.hpp). Then the engine never
+  /// asks status() about those commands: a look at one still running is a
+  /// load of its command table (doc/engine.md, the command table), and it
+  /// does not also tell the table of the writers its undo records show
+  /// completed. Copies and fences are asked about as ever. Asked once, when
+  /// the engine is made. A command the host misses reads running until
+  /// the table's free slots run out and it asks again (status()): its
+  /// event is given back then, and a failure undone then, never lost.
+  [[nodiscard]] virtual bool tells_ends() const noexcept { return false; }
 
   // ---- storage ------------------------------------------------------------
   /// Storage for all `size` bytes of buffer `cookie` at `at` (a device
