@@ -38,7 +38,7 @@ bool Transaction::fast_path() {
     // until it has finished (Buffer::users_at()).
     if (!migration::writes(use.access)) b.add_user(st, command_);
     st.last_use = stamp_;
-    out_.storage_[s_.order[g.first].second] = st.handle;
+    out_.storage_[g.use] = st.handle;
   }
   engine_.fast_path_taken_.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -21,6 +21,7 @@ struct EnqueueScratch {
     static constexpr std::size_t kNoCopies = SIZE_MAX;
     Buffer* buffer;
     std::size_t first, count;
+    std::size_t use;  // the index in the enqueue's uses of its first use
     std::size_t first_copy;  // its copies' events: copy_events[first_copy, ...)
     std::size_t plan;        // with_copies[plan], or kNoCopies: its plan moves nothing
   };
@@ -150,7 +151,7 @@ class Transaction {
   }
   void copy_uses();
   // The use of group `g` (of one use), wherever it is now (uses_stale_).
-  const migration::Use& use_of(const EnqueueScratch::Group& g) const { return uses_[s_.order[g.first].second].use; }
+  const migration::Use& use_of(const EnqueueScratch::Group& g) const { return uses_[g.use].use; }
   void add_new_wait(Event name);
   void dedupe_waits() noexcept;  // what add_new_wait() did not search
   void release_all(std::vector<Event>& events) noexcept;  // host events; and clears them

@@ -94,20 +94,6 @@ RangeVersions::~RangeVersions() {
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) forget_undo(i);
 }
 
-// The span one use covers exactly, else end(): the whole buffer while it
-// is one span (most kernel arguments, without searching the tree), or a
-// range a command wrote before on its own (a sub-buffer, a fill). plan()
-// and commit() take it without cutting pieces: it needs no cut, and a
-// command on it never makes it equal to a neighbour (a write gives it a
-// version no other span has; a merge a read made possible may be skipped).
-[[gnu::always_inline]] inline RangeVersions::SpanMap::iterator RangeVersions::exact_span(std::span<const Use> uses) {
-  if (uses.size() != 1) return spans_.end();
-  const Use& u = uses[0];
-  if (spans_.size() == 1) return u.offset == 0 && u.size == size_ ? spans_.begin() : spans_.end();
-  auto it = spans_.find(u.offset);
-  return it != spans_.end() && end_of(it) == u.offset + u.size ? it : spans_.end();
-}
-
 // One span (the whole buffer, the common case) needs no tree search.
 RangeVersions::SpanMap::iterator RangeVersions::span_containing(std::uint64_t offset) {
   return spans_.size() == 1 ? spans_.begin() : std::prev(spans_.upper_bound(offset));
@@ -250,20 +236,6 @@ void RangeVersions::settle_range(std::uint64_t begin, std::uint64_t end, bool fo
   }
 }
 
-// Whether settle_range() over span `s` (the only one) would change nothing
-// beyond trim_completed(): its last writer, its holders' ready events and,
-// for a write, its readers all unfailed, and its content held somewhere.
-// The same status looks, without the edits' machinery.
-[[gnu::always_inline]] inline bool RangeVersions::settled(const Span& s, bool for_write) const {
-  if (s.holders.empty() && !s.anywhere) return false;
-  if (ops_.failed(s.last_writer)) return false;
-  for (const Holder& h : s.holders)
-    if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
-  if (for_write)
-    for (Event r : s.readers)
-      if (ops_.failed(r)) return false;
-  return true;
-}
 
 // Puts back every record of `writer` (failed); false if it has none left.
 bool RangeVersions::restore_writer(Event writer) {
@@ -679,42 +651,21 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
   prepare_commit(uses, out);
 }
 
-// The fast path: plan()'s exact-span case with nothing to fetch, settle or
-// forget, deciding only.
-std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
-  const auto it = exact_span(std::span(&use, 1));
-  if (it == spans_.end()) return std::nullopt;
-  const bool for_write = writes(use.access);
-  // Completed writers' records are dropped here only once there are
-  // fast_trim_at_ of them: a look at the oldest writer per command would
-  // cost a status look per argument while a queue of writers is running.
-  // Looked at in vain, the next look waits until their number has doubled
-  // (O(1) looks per record, amortised), up to kFastTrimMost; dropped, back
-  // to the first mark. Records of completed writers kept meanwhile change
-  // no decision (only a failed writer's matter, and settled() looks at
-  // those); they keep their writers' names from being recycled a while.
-  if (const std::size_t live = undo_.size() - first_undo_; live >= fast_trim_at_) {
-    if (ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
-    fast_trim_at_ = std::clamp(2 * (undo_.size() - first_undo_), kFastTrimFirst, kFastTrimMost);
-  }
-  if (for_write && undo_.size() - first_undo_ >= kMaxUndo) return std::nullopt;  // write_span() would forget
-  Span& s = it->second;
-  if (!settled(s, for_write)) return std::nullopt;
-  if (reads_old_content(use.access) && holder(s, at) == nullptr) return std::nullopt;
-  make_room(s, 0, readers_a_use_adds(use.access));
-  if (for_write) {
-    detail::reserve_more(undo_, 1);
-    if (!fits_narrow(s)) reserve_wide(1);
-  }
-  fast_span_ = it;
-  return 2 + (for_write ? s.readers.size() : 0);
-}
 
-// Room in `s` for `holders` holders and `readers` readers more, so that a
-// commit adds them without allocating.
-[[gnu::always_inline]] inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32_t readers) {
-  s.holders.reserve(s.holders.size() + holders);
-  s.readers.reserve(s.readers.size() + readers);
+
+// fast_prepare()'s look for completed writers, once their records reach
+// fast_trim_at_. False when a write would find no room among the records
+// (write_span() would forget one): the general path then forgets it.
+// Out of line: rare, and its body would make fast_prepare() save every
+// register.
+bool RangeVersions::fast_trim(bool for_write) {
+  // Fewer records than fast_trim_at_ are fewer than kMaxUndo: room for a
+  // write, with no look.
+  static_assert(kFastTrimMost < kMaxUndo);
+  if (ops_.state(undo_[first_undo_].writer) == EventStatus::completed) trim_from_first();
+  const std::size_t live = undo_.size() - first_undo_;
+  fast_trim_at_ = std::clamp(2 * live, kFastTrimFirst, kFastTrimMost);
+  return !for_write || live < kMaxUndo;
 }
 
 // Makes room now for what commit() of this plan adds, so that it allocates
@@ -790,7 +741,8 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   if (plan.copies.empty()) {
     if (auto it = exact_span(uses); it != spans_.end()) {  // nothing splits, nothing merges
       cut_in_plan_ = false;  // a cut the plan made leaves halves this command makes differ
-      if (writes(uses[0].access)) write_span(it->second, it->first, uses[0].size, next_version_++, at, command);
+      if (writes(uses[0].access))
+        write_span(it->second, it->first, uses[0].size, next_version_++, at, command, fits_narrow(it->second));
       else add_reader(it->second, command);
       return;
     }
@@ -831,7 +783,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
         continue;
       }
       if (++touched > 1) reshaped = true;
-      write_span(s, it->first, end_of(it) - it->first, version, at, command);
+      write_span(s, it->first, end_of(it) - it->first, version, at, command, fits_narrow(s));
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);
   });

@@ -64,6 +64,7 @@
 #include "memlayer/migration/access.hpp"
 #include "memlayer/migration/cost_model.hpp"
 #include "memlayer/migration/detail/inline_list.hpp"
+#include "memlayer/migration/detail/reserve.hpp"
 #include "memlayer/migration/event.hpp"
 #include "memlayer/migration/location.hpp"
 #include "memlayer/migration/plan.hpp"
@@ -360,7 +361,7 @@ class RangeVersions {
   [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
   void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
-                  Event command);
+                  Event command, bool narrow);
   [[nodiscard]] bool complete_elsewhere(const Span& s, Location at) const;
   [[nodiscard]] LocationSet also_sources(const Span& s, Location src, Location to, std::uint64_t bytes,
                                          const CostModel& cost) const;
@@ -372,6 +373,7 @@ class RangeVersions {
   [[nodiscard]] bool can_write_back_undo(std::size_t index, Location at) const;
   void commit_undo_write_back(const Copy& c, Event e);
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
+  bool fast_trim(bool for_write);
 
   std::uint64_t size_;
   const EventOps& ops_;
@@ -383,7 +385,12 @@ class RangeVersions {
   std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
   std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
-  SpanMap::iterator fast_span_;      // what fast_prepare() found, for fast_commit()
+  // What fast_prepare() found, for fast_commit(): the span, the event that
+  // made its copy at the location ready (nullptr: none to wait for),
+  // whether a write's record of it is narrow.
+  SpanMap::iterator fast_span_;
+  Event fast_ready_ = nullptr;
+  bool fast_narrow_ = false;
   std::size_t fast_trim_at_;         // undo records that make fast_prepare() look for completed ones
   // The spans of wide undo records, and free places among them
   // (wide_free_'s capacity holds every index: freeing never allocates).
@@ -393,29 +400,100 @@ class RangeVersions {
   std::vector<std::uint32_t> wide_free_;
 };
 
+// The span one use covers exactly, else end(): the whole buffer while it
+// is one span (most kernel arguments, without searching the tree), or a
+// range a command wrote before on its own (a sub-buffer, a fill). plan()
+// and commit() take it without cutting pieces: it needs no cut, and a
+// command on it never makes it equal to a neighbour (a write gives it a
+// version no other span has; a merge a read made possible may be skipped).
+
+inline RangeVersions::SpanMap::iterator RangeVersions::exact_span(std::span<const Use> uses) {
+  if (uses.size() != 1) return spans_.end();
+  const Use& u = uses[0];
+  if (spans_.size() == 1) return u.offset == 0 && u.size == size_ ? spans_.begin() : spans_.end();
+  auto it = spans_.find(u.offset);
+  return it != spans_.end() && end_of(it) == u.offset + u.size ? it : spans_.end();
+}
+
+// Whether settle_range() over span `s` (the only one) would change nothing
+// beyond trim_completed(): its last writer, its holders' ready events and,
+// for a write, its readers all unfailed, and its content held somewhere.
+// The same status looks, without the edits' machinery.
+inline bool RangeVersions::settled(const Span& s, bool for_write) const {
+  if (s.holders.empty() && !s.anywhere) return false;
+  if (ops_.failed(s.last_writer)) return false;
+  for (const Holder& h : s.holders)
+    if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
+  if (for_write)
+    for (Event r : s.readers)
+      if (ops_.failed(r)) return false;
+  return true;
+}
+
+// Room in `s` for `holders` holders and `readers` readers more, so that a
+// commit adds them without allocating.
+inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32_t readers) {
+  s.holders.reserve(s.holders.size() + holders);
+  s.readers.reserve(s.readers.size() + readers);
+}
+
+// The fast path: plan()'s exact-span case with nothing to fetch, settle or
+// forget, deciding only. Here, not in range_versions.cpp: the engine's loop
+// over a command's buffers inlines it, with no call per argument.
+inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
+  const auto it = exact_span(std::span(&use, 1));
+  if (it == spans_.end()) return std::nullopt;
+  const bool for_write = writes(use.access);
+  // Completed writers' records are dropped here only once there are
+  // fast_trim_at_ of them: a look at the oldest writer per command would
+  // cost a status look per argument while a queue of writers is running.
+  // Looked at in vain, the next look waits until their number has doubled
+  // (O(1) looks per record, amortised), up to kFastTrimMost; dropped, back
+  // to the first mark. Records of completed writers kept meanwhile change
+  // no decision (only a failed writer's matter, and settled() looks at
+  // those); they keep their writers' names from being recycled a while.
+  if (undo_.size() - first_undo_ >= fast_trim_at_ && !fast_trim(for_write)) [[unlikely]]
+    return std::nullopt;
+  Span& s = it->second;
+  if (!settled(s, for_write)) return std::nullopt;
+  const Holder* h = holder(s, at);
+  if (h == nullptr && reads_old_content(use.access)) return std::nullopt;
+  make_room(s, 0, for_write ? 0 : 1);  // a reader more
+  const bool narrow = fits_narrow(s);
+  if (for_write) {
+    detail::reserve_more(undo_, 1);
+    if (!narrow) reserve_wide(1);
+  }
+  fast_span_ = it;
+  fast_ready_ = h != nullptr && h->ready != s.last_writer ? h->ready : nullptr;
+  fast_narrow_ = narrow;
+  return 2 + (for_write ? s.readers.size() : 0);
+}
+
 template <class Wait>
 void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait&& wait) {
   Span& s = fast_span_->second;
   if (s.last_writer != nullptr) wait(s.last_writer);
-  if (const Holder* h = holder(s, at); h != nullptr && h->ready != nullptr && h->ready != s.last_writer) wait(h->ready);
+  if (fast_ready_ != nullptr) wait(fast_ready_);
   if (!writes(use.access)) {
     add_reader(s, command);
     return;
   }
   for (Event r : s.readers) wait(r);
-  write_span(s, fast_span_->first, use.size, next_version_++, at, command);
+  write_span(s, fast_span_->first, use.size, next_version_++, at, command, fast_narrow_);
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only
 // where it runs; what they were goes into an undo record until it
 // completes. Here, not in range_versions.cpp: the fast path's commit
 // (fast_commit, in the engine's loop) inlines it.
+// `narrow`: fits_narrow(s), which the caller knows.
 inline void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
-                                      Location at, Event command) {
+                                      Location at, Event command, bool narrow) {
   if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
   const Holder now{at, command};
-  if (fits_narrow(s)) [[likely]] {
+  if (narrow) [[likely]] {
     undo_.emplace_back(command, at, offset, size, s);  // room made by plan() / fast_prepare()
     s.holders.assign_one(now);
   } else {

@@ -38,16 +38,17 @@ class InlineList {
   InlineList& operator=(InlineList&& o) noexcept {
     if (this != &o) {
       heap_.reset();
+      data_ = inline_;
       take(o);
     }
     return *this;
   }
   ~InlineList() = default;
 
-  [[nodiscard]] T* begin() noexcept { return heap_ ? heap_.get() : inline_; }
-  [[nodiscard]] T* end() noexcept { return begin() + size_; }
-  [[nodiscard]] const T* begin() const noexcept { return heap_ ? heap_.get() : inline_; }
-  [[nodiscard]] const T* end() const noexcept { return begin() + size_; }
+  [[nodiscard]] T* begin() noexcept { return data_; }
+  [[nodiscard]] T* end() noexcept { return data_ + size_; }
+  [[nodiscard]] const T* begin() const noexcept { return data_; }
+  [[nodiscard]] const T* end() const noexcept { return data_ + size_; }
   [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] T& operator[](std::uint32_t i) noexcept { return begin()[i]; }
@@ -113,6 +114,7 @@ class InlineList {
     auto bigger = std::make_unique_for_overwrite<T[]>(cap);
     std::memcpy(bigger.get(), begin(), size_ * sizeof(T));
     heap_ = std::move(bigger);
+    data_ = heap_.get();
     capacity_ = cap;
   }
   // Leaves `o` empty and inline. The inline array is copied whole (a fixed
@@ -122,14 +124,17 @@ class InlineList {
     capacity_ = o.capacity_;
     heap_ = std::move(o.heap_);
     std::memcpy(inline_, o.inline_, sizeof inline_);
+    data_ = heap_ ? heap_.get() : inline_;
     o.size_ = 0;
     o.capacity_ = N;
+    o.data_ = o.inline_;
   }
 
   std::unique_ptr<T[]> heap_;  // null while the elements fit inline_
   std::uint32_t size_ = 0;
   std::uint32_t capacity_ = N;
   T inline_[N]{};
+  T* data_ = inline_;  // heap_ or inline_: where the elements are, one load away
 };
 
 }  // namespace memlayer::migration::detail
