@@ -651,8 +651,6 @@ void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel
   prepare_commit(uses, out);
 }
 
-
-
 // fast_prepare()'s look for completed writers, once their records reach
 // fast_trim_at_. False when a write would find no room among the records
 // (write_span() would forget one): the general path then forgets it.
@@ -741,8 +739,10 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
   if (plan.copies.empty()) {
     if (auto it = exact_span(uses); it != spans_.end()) {  // nothing splits, nothing merges
       cut_in_plan_ = false;  // a cut the plan made leaves halves this command makes differ
-      if (writes(uses[0].access))
+      if (writes(uses[0].access)) {
+        if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
         write_span(it->second, it->first, uses[0].size, next_version_++, at, command, fits_narrow(it->second));
+      }
       else add_reader(it->second, command);
       return;
     }
@@ -783,6 +783,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
         continue;
       }
       if (++touched > 1) reshaped = true;
+      if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
       write_span(s, it->first, end_of(it) - it->first, version, at, command, fits_narrow(s));
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);

@@ -337,8 +337,8 @@ class RangeVersions {
   [[nodiscard]] SpanMap::const_iterator span_containing(std::uint64_t offset) const;
   SpanMap::iterator split_at(std::uint64_t offset);
   void merge_range(std::uint64_t begin, std::uint64_t end);
+  static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
   [[nodiscard]] const Holder* holder(const Span& s, Location l) const {
-    static constexpr Holder kAnywhere{kHost, nullptr};  // valid since creation, at every location
     if (s.anywhere) return &kAnywhere;
     for (const Holder& h : s.holders)
       if (h.where == l) return &h;
@@ -350,7 +350,11 @@ class RangeVersions {
   void trim_completed();
   void trim_from_first();
   void settle_range(std::uint64_t begin, std::uint64_t end, bool for_write);
-  [[nodiscard]] bool settled(const Span& s, bool for_write) const;
+  [[nodiscard]] bool settled(const Span& s, bool for_write) const {
+    const Holder* unused = nullptr;
+    return settled_at(s, for_write, kHost, unused);
+  }
+  [[nodiscard]] bool settled_at(const Span& s, bool for_write, Location at, const Holder*& found) const;
   void settle_span(Span& s, std::uint64_t bytes, bool for_write, bool writer_failed);
   bool restore_writer(Event writer);
   void restore(std::size_t index, bool ran);
@@ -418,12 +422,17 @@ inline RangeVersions::SpanMap::iterator RangeVersions::exact_span(std::span<cons
 // Whether settle_range() over span `s` (the only one) would change nothing
 // beyond trim_completed(): its last writer, its holders' ready events and,
 // for a write, its readers all unfailed, and its content held somewhere.
-// The same status looks, without the edits' machinery.
-inline bool RangeVersions::settled(const Span& s, bool for_write) const {
-  if (s.holders.empty() && !s.anywhere) return false;
+// The same status looks, without the edits' machinery. `found` gets, from
+// the same pass over the holders, what holder(s, at) would return.
+inline bool RangeVersions::settled_at(const Span& s, bool for_write, Location at, const Holder*& found) const {
+  found = nullptr;
+  if (s.anywhere) found = &kAnywhere;
+  else if (s.holders.empty()) return false;
   if (ops_.failed(s.last_writer)) return false;
-  for (const Holder& h : s.holders)
+  for (const Holder& h : s.holders) {
     if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
+    if (h.where == at) found = &h;
+  }
   if (for_write)
     for (Event r : s.readers)
       if (ops_.failed(r)) return false;
@@ -455,10 +464,10 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
   if (undo_.size() - first_undo_ >= fast_trim_at_ && !fast_trim(for_write)) [[unlikely]]
     return std::nullopt;
   Span& s = it->second;
-  if (!settled(s, for_write)) return std::nullopt;
-  const Holder* h = holder(s, at);
+  const Holder* h = nullptr;
+  if (!settled_at(s, for_write, at, h)) return std::nullopt;
   if (h == nullptr && reads_old_content(use.access)) return std::nullopt;
-  make_room(s, 0, for_write ? 0 : 1);  // a reader more
+  if (!for_write) s.readers.reserve(s.readers.size() + 1);  // room for the command as a reader
   const bool narrow = fits_narrow(s);
   if (for_write) {
     detail::reserve_more(undo_, 1);
@@ -487,10 +496,10 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
 // where it runs; what they were goes into an undo record until it
 // completes. Here, not in range_versions.cpp: the fast path's commit
 // (fast_commit, in the engine's loop) inlines it.
-// `narrow`: fits_narrow(s), which the caller knows.
+// `narrow`: fits_narrow(s), which the caller knows. The caller has made
+// room among the records (fast_prepare(), or commit()'s forget_oldest_undo()).
 inline void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                       Location at, Event command, bool narrow) {
-  if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
   const Holder now{at, command};
   if (narrow) [[likely]] {
