@@ -740,7 +740,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
     if (auto it = exact_span(uses); it != spans_.end()) {  // nothing splits, nothing merges
       cut_in_plan_ = false;  // a cut the plan made leaves halves this command makes differ
       if (writes(uses[0].access)) {
-        if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
+        forget_if_full();
         write_span(it->second, it->first, uses[0].size, next_version_++, at, command, fits_narrow(it->second));
       }
       else add_reader(it->second, command);
@@ -783,7 +783,7 @@ void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events,
         continue;
       }
       if (++touched > 1) reshaped = true;
-      if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
+      forget_if_full();
       write_span(s, it->first, end_of(it) - it->first, version, at, command, fits_narrow(s));
     }
     lo = std::min(lo, begin), hi = std::max(hi, end);

@@ -211,6 +211,30 @@ TEST_F(EngineTest, ACommandToldCompletedGivesItsEventBackAtOnce) {
   host_.run_all();
 }
 
+// An engine over `host` and one 64-byte buffer of undefined content, for
+// the tests of how commands' ends reach the engine.
+struct OneBuffer {
+  explicit OneBuffer(ByteHost& h) : host(h), engine(h), b(engine, &cookie, 64, false) {}
+  // Enqueues a command using bytes [0, size) at device 1 with `access`,
+  // names it (Task::name), starts it after `gates`, and returns it; `bytes`
+  // is where it runs.
+  Task& enqueue(Access access, std::span<Task* const> gates = {}, std::uint64_t size = 64) {
+    Task& t = host.command(nullptr);
+    EXPECT_FALSE(engine.enqueue({{{&b, {0, size, access}}}}, 1, &t, sub));
+    t.name = sub.command();
+    bytes = host.bytes(1, sub.storage()[0]);
+    host.start(t, sub.waits(), gates);
+    sub.clear();
+    return t;
+  }
+  ByteHost& host;
+  Engine engine;
+  HostBuffer cookie;
+  Buffer b;
+  Submission sub;
+  std::uint8_t* bytes = nullptr;
+};
+
 // The undo records of writers that all completed go with one look
 // (RangeVersions::trim_from_first), and their writers are told to the
 // command table, which gives their events back, unless the host tells the
@@ -222,33 +246,19 @@ TEST(EngineCompletions, ThePlannerTellsTheTableOnlyWhenTheHostDoesNot) {
     ByteHost host(1, 8 << 10, 1);
     host.tells = tells;
     std::vector<Task*> writers;
-    std::vector<CommandName> names;
     {
-      Engine engine(host);
-      HostBuffer cookie;
-      Buffer b(engine, &cookie, 64, false);
-      Submission sub;
-      for (int i = 0; i < 12; ++i) {
-        Task& w = host.command(nullptr);
-        ASSERT_FALSE(engine.enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &w, sub));
-        host.start(w, sub.waits());
-        writers.push_back(&w);
-        names.push_back(sub.command());
-        sub.clear();
-      }
+      OneBuffer o(host);
+      for (int i = 0; i < 12; ++i) writers.push_back(&o.enqueue(Access::read_write));
       host.run_all();
       // Half the buffer: the general pipeline, whose plan drops the records.
-      Task& next = host.command(nullptr);
-      ASSERT_FALSE(engine.enqueue({{{&b, {0, 32, Access::read_write}}}}, 1, &next, sub));
-      host.start(next, sub.waits());
-      sub.clear();
+      o.enqueue(Access::read_write, {}, 32);
       host.run_all();
       // The oldest and the newest writer were looked at; the ten between
       // were not.
       int held = 0;
       for (int i = 1; i < 11; ++i) held += writers[i]->refs > 0 ? 1 : 0;
       EXPECT_EQ(held, tells ? 10 : 0) << "writers the engine was not told of and still holds";
-      for (CommandName n : names) engine.ended(n, EventStatus::completed);
+      for (const Task* w : writers) o.engine.ended(w->name, EventStatus::completed);
       for (const Task* w : writers) EXPECT_EQ(w->refs, 0) << "told completed, task " << w->id << " is still held";
     }
   }
@@ -263,34 +273,23 @@ TEST(EngineEnds, AHostThatTellsEndsIsNeverAskedAndItsFailuresAreUndone) {
   ByteHost host(1, 8 << 10, 1);
   host.tells = true;
   {
-    Engine engine(host);
-    host.tell = &engine;
-    HostBuffer cookie;
-    Buffer b(engine, &cookie, 64, false);
-    Submission sub;
-    int read = -1;
-    auto enqueue = [&](Access access, std::uint8_t value, Task* gate) -> Task& {
-      Task& t = host.command(nullptr);
-      EXPECT_FALSE(engine.enqueue({{{&b, {0, 64, access}}}}, 1, &t, sub));
-      t.name = sub.command();
-      std::uint8_t* at = host.bytes(1, sub.storage()[0]);
-      if (writes(access)) t.work = [at, value] { std::memset(at, value, 64); };
-      else t.work = [at, &read] { read = at[0]; };
-      std::vector<Task*> gates;
-      if (gate != nullptr) gates.push_back(gate);
-      host.start(t, sub.waits(), gates);
-      sub.clear();
-      return t;
+    OneBuffer o(host);
+    host.tell = &o.engine;
+    auto write = [&](Access access, std::uint8_t value, std::span<Task* const> gates) {
+      Task& t = o.enqueue(access, gates);
+      t.work = [at = o.bytes, value] { std::memset(at, value, 64); };
     };
-    enqueue(Access::overwrite, 0x11, nullptr);
+    write(Access::overwrite, 0x11, {});
     host.run_all();
-    Task& gate = host.user_event();
-    for (int i = 0; i < 20; ++i) enqueue(Access::read_write, 0x22, i == 0 ? &gate : nullptr);
+    Task* gate = &host.user_event();
+    for (int i = 0; i < 20; ++i) write(Access::read_write, 0x22, i == 0 ? std::span(&gate, 1) : std::span<Task*>());
     EXPECT_EQ(host.status_calls, 0) << "the host was asked about commands whose ends it tells";
 
-    host.end_user(gate, false);  // the 20 writers fail, told as they end
+    host.end_user(*gate, false);  // the 20 writers fail, told as they end
     host.run_all();
-    Task& reader = enqueue(Access::read, 0, nullptr);
+    int read = -1;
+    Task& reader = o.enqueue(Access::read);
+    reader.work = [at = o.bytes, &read] { read = at[0]; };
     host.run_all();
     EXPECT_FALSE(reader.failed()) << "the reader waited for a failed writer: the failures told were not undone";
     EXPECT_EQ(host.failed_waits, 0);
@@ -308,15 +307,9 @@ TEST(EngineEnds, AHostThatTellsEndsIsNeverAskedAndItsFailuresAreUndone) {
 TEST(EngineEnds, EndsTheHostMissedAreFoundWhenTheSlotsRunOut) {
   ByteHost host(1, 8 << 10, 1);
   host.tells = true;  // and host.tell stays null: it tells nothing
-  Engine engine(host);
-  HostBuffer cookie;
-  Buffer b(engine, &cookie, 64, false);
-  Submission sub;
+  OneBuffer o(host);
   for (int i = 0; i < 10000; ++i) {
-    Task& t = host.command(nullptr);
-    ASSERT_FALSE(engine.enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &t, sub));
-    host.start(t, sub.waits());
-    sub.clear();
+    o.enqueue(Access::read_write);
     host.run_all();
   }
   EXPECT_GT(host.status_calls, 0);

@@ -360,6 +360,11 @@ class RangeVersions {
   void restore(std::size_t index, bool ran);
   void forget_undo(std::size_t index);
   void forget_oldest_undo();
+  // Room for one record more before commit()'s write_span(): the oldest go
+  // when kMaxUndo are kept (fast_prepare() never lets them reach it).
+  void forget_if_full() {
+    if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
+  }
   void add_reader(Span& s, Event e);
   void prune(Span& s);
   [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
@@ -497,7 +502,7 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
 // completes. Here, not in range_versions.cpp: the fast path's commit
 // (fast_commit, in the engine's loop) inlines it.
 // `narrow`: fits_narrow(s), which the caller knows. The caller has made
-// room among the records (fast_prepare(), or commit()'s forget_oldest_undo()).
+// room among the records (fast_prepare(), or commit()'s forget_if_full()).
 inline void RangeVersions::write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version,
                                       Location at, Event command, bool narrow) {
   ops_.hold(command, 3);  // the record's writer, the new holder's ready event, the last writer
