@@ -166,7 +166,7 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   }
 }
 
-std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const CommandSpec& spec,
+std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, CommandSpec& spec,
                                                        const std::shared_ptr<CommandNode>& node, std::string& busy) {
   Scratch& sc = t_scratch;
   bool wired = true;
@@ -194,7 +194,7 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, const 
       wired = add_engine_waits(*node, sc.submission.waits(), order_count(queue, spec.barrier));
       for (std::size_t i = 0; wired && i < spec.uses.size(); ++i) {
         node->targets[i].address = sc.submission.storage()[i] + spec.uses[i].use.offset;
-        node->keep_alive.push_back(spec.uses[i].parent);
+        node->keep_alive.push_back(std::move(spec.uses[i].parent));
       }
     }
     if (wired) order_in_queue(queue, spec.barrier, *node);

@@ -89,8 +89,9 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   Result<Event> enqueue_or_throw(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
   // One try of enqueue(): nullopt when the device had no room yet
   // (engine device_busy, its message in `busy`), with what to wait for in
-  // the thread's submission.
-  std::optional<Result<Event>> try_enqueue(QueueState& queue, const CommandSpec& spec,
+  // the thread's submission. Once committed, the node takes over the
+  // spec's buffer references (moved: no count changes per buffer).
+  std::optional<Result<Event>> try_enqueue(QueueState& queue, CommandSpec& spec,
                                            const std::shared_ptr<CommandNode>& node, std::string& busy);
 };
 

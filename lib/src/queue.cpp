@@ -353,6 +353,7 @@ Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const Kerne
     return s;
   }
   CommandSpec spec;
+  spec.uses.reserve(args.size());
   for (const KernelArg& a : args) {
     if (Status s = check_buffer(*state_, a.buffer, "kernel argument"); !s.ok()) return s;
     spec.uses.push_back(use_of(a.buffer, 0, a.buffer.size(), a.access));
