@@ -86,9 +86,13 @@ EngineStats Engine::stats() const noexcept {
   s.bytes_written_back = counters_.bytes_written_back.load();
   s.bytes_lost = counters_.bytes_lost.load();
   s.compactions = counters_.compactions.load();
-  s.fast_path = fast_path_taken_.load();
-  const std::uint64_t places = places_.load();  // first: each counted there is in stamp_ already
+  // Each count first, its stamps after: every enqueue and place counted
+  // is in the stamps read (each counts itself after taking its stamp). An
+  // enqueue in flight may read as taken by the fast path until it counts.
+  const std::uint64_t slow = slow_path_.load(std::memory_order_acquire);
+  const std::uint64_t places = places_.load();
   s.enqueues = stamp_.load() - places;
+  s.fast_path = s.enqueues - slow;
   return s;
 }
 

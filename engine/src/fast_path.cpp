@@ -40,7 +40,6 @@ bool Transaction::fast_path() {
     st.last_use = stamp_;
     out_.storage_[g.use] = st.handle;
   }
-  engine_.fast_path_taken_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -61,6 +61,7 @@ std::optional<EnqueueError> Transaction::run() {
       out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
       return std::nullopt;
     }
+    count_slow();
     copy_uses();
     failed = place_all();
     if (!failed) failed = plan_all();
@@ -79,6 +80,14 @@ std::optional<EnqueueError> Transaction::run() {
   start_copies();
   out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
   return std::nullopt;
+}
+
+// Once per stamped enqueue the fast path did not take, after its stamp:
+// stats() never counts more of these than stamps.
+void Transaction::count_slow() noexcept {
+  if (counted_slow_) return;
+  engine_.slow_path_.fetch_add(1, std::memory_order_release);
+  counted_slow_ = true;
 }
 
 std::optional<EnqueueError> Transaction::run_place() {
@@ -103,6 +112,7 @@ std::optional<EnqueueError> Transaction::run_place() {
 }
 
 std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
+  if (stamp_ != 0) count_slow();  // one the fast path did not take (it threw)
   rollback();
   unlock_all();
   start_copies();  // only the write-backs of evictions made on the way

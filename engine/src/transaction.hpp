@@ -95,6 +95,7 @@ class Transaction {
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
   bool fast_path();  // fast_path.cpp
+  void count_slow() noexcept;
   std::optional<EnqueueError> place_all();
   std::optional<EnqueueError> place_largest_first();  // s_.to_place
   std::optional<EnqueueError> compact(EnqueueError full);
@@ -179,6 +180,7 @@ class Transaction {
   std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
+  bool counted_slow_ = false;  // count_slow() did
   bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
   // s_.uses holds an earlier command's ranges (group_uses() kept the groups
   // of the same buffers): the fast path reads uses_, the rest copy_uses().

@@ -188,6 +188,7 @@ class AllocationFailure : public ::testing::Test {
       const auto before = snapshot();
       const int storage = host_.live_storage;
       const std::uint64_t lost = bytes_lost();
+      const std::uint64_t fast = engine_->stats().fast_path;
       Task& cmd = host_.command(nullptr);
       std::optional<EnqueueError> failed;
       bool escaped = false;
@@ -233,6 +234,9 @@ class AllocationFailure : public ::testing::Test {
         EXPECT_EQ(host_.live_storage, storage) << "failure " << k;
         EXPECT_EQ(bytes_lost(), lost) << "failure " << k;
       }
+      // Failed in the fast path's check pass or not, it is no enqueue the
+      // fast path took (EngineStats::fast_path).
+      EXPECT_EQ(engine_->stats().fast_path, fast) << "failure " << k << ": counted as taken by the fast path";
 
       EXPECT_TRUE(sub_.waits().empty());
       host_.start(cmd, {});  // the host's own command, never used by the engine
