@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <thread>
 
 namespace memlayer::engine {
 
@@ -167,20 +168,41 @@ void CommandTable::learned(Event name, EventStatus status) noexcept {
 }
 
 Event CommandTable::retain_host(Event name) noexcept {
+  const Event e = lease_host(name);
+  if (e != nullptr) {
+    host_.retain(e, 1);
+    end_lease(name);
+  }
+  return e;
+}
+
+Event CommandTable::lease_host(Event name) noexcept {
   if (name == nullptr) return nullptr;
   const std::uint32_t index = index_of(name), gen = gen_of(name);
   Slot& s = slot(index);
-  std::uint64_t w = s.word.load(std::memory_order_acquire);
-  if (gen_of(w) != gen || state_of(w) == kCompleted) return nullptr;
-  s.pins.fetch_add(1, std::memory_order_seq_cst);
-  w = s.word.load(std::memory_order_seq_cst);
-  Event e = nullptr;
-  if (gen_of(w) == gen && state_of(w) != kCompleted) {
-    e = s.host;
-    host_.retain(e, 1);
+  if (const std::uint64_t w = s.word.load(std::memory_order_acquire); gen_of(w) != gen || state_of(w) == kCompleted)
+    return nullptr;
+  const std::uint64_t w = pin(s, gen);
+  if (gen_of(w) != gen || state_of(w) == kCompleted) {
+    unpin(index, s);
+    return nullptr;
   }
-  unpin(index, s);
-  return e;
+  return s.host;  // running or failed: the slot keeps it while pinned
+}
+
+// Pins slot `s` (a name of generation `gen`) and returns its word as seen
+// pinned. A failed slot that recycle_unnamed() is taking (kReleased, not
+// yet recycled) may or may not have seen this pin: it is waited out, until
+// it recycles the slot (another generation) or puts it back for this pin.
+std::uint64_t CommandTable::pin(Slot& s, std::uint32_t gen) noexcept {
+  for (;;) {
+    s.pins.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint64_t w = s.word.load(std::memory_order_seq_cst);
+    const std::uint64_t st = state_of(w);
+    if ((w & kReleased) == 0 || gen_of(w) != gen || (st != kCancelled && st != kFailed)) return w;
+    s.pins.fetch_sub(1, std::memory_order_seq_cst);  // nothing to release here: the taker does
+    std::this_thread::yield();
+  }
 }
 
 void CommandTable::unpin(std::uint32_t index, Slot& s) noexcept {
@@ -226,6 +248,13 @@ void CommandTable::recycle_unnamed(std::span<const Event> candidates, std::span<
     if (gen_of(w) != gen_of(name) || (state_of(w) != kCancelled && state_of(w) != kFailed) || (w & kReleased) != 0)
       continue;
     if (!s.word.compare_exchange_strong(w, w | kReleased, std::memory_order_seq_cst)) continue;
+    // Flag first, pins after; a pinner pins first, flag after (pin()): one
+    // of the two sees the other. A lease or a look holds it: the next sweep.
+    if (s.pins.load(std::memory_order_seq_cst) != 0) {
+      std::uint64_t flagged = w | kReleased;
+      s.word.compare_exchange_strong(flagged, w, std::memory_order_seq_cst);  // nothing else changes it
+      continue;
+    }
     failed_kept_.fetch_sub(1, std::memory_order_relaxed);
     host_.release(s.host, 1);
     recycle(index, s, gen_of(w));

@@ -26,7 +26,8 @@
 //   * A slot whose command failed or was cancelled keeps reading so, and
 //     keeps its event (a command that waits for it must fail with it): it
 //     is recycled only by recycle_unnamed(), once no record names it
-//     (Engine::sweep_failed collects what the records name).
+//     (Engine::sweep_failed collects what the records name) and no pin
+//     holds it (a lease: lease_host()).
 //
 // Thread-safety: every member function may be called from any thread at
 // once. The free slots are a lock-free stack; only adding a block of slots
@@ -85,6 +86,17 @@ class CommandTable {
   /// caller; nullptr when it completed (nothing is left to wait for). A
   /// failed one is returned: what waits for it must fail. O(1).
   [[nodiscard]] Event retain_host(Event name) noexcept;
+  /// The host's event behind `name`, as retain_host() but leased rather
+  /// than counted: the slot stays pinned, so that it keeps its event (and
+  /// its one host reference) until end_lease(name), whatever the command
+  /// does meanwhile; no host call either way. nullptr (no lease) when it
+  /// completed. For what one enqueue hands its caller (Submission::waits):
+  /// a lease is two atomic operations, a host reference two host calls.
+  /// O(1).
+  [[nodiscard]] Event lease_host(Event name) noexcept;
+  /// Ends a lease of lease_host(): a slot whose command completed
+  /// meanwhile gives its event back now. O(1).
+  void end_lease(Event name) noexcept { unpin(index_of(name), slot(index_of(name))); }
 
   /// Names that failed or were cancelled, kept until recycle_unnamed()
   /// recycles them. O(1).
@@ -133,6 +145,7 @@ class CommandTable {
     return chunks_[index >> kChunkBits].load(std::memory_order_acquire)[index & (kChunk - 1)];
   }
   EventStatus ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;
+  std::uint64_t pin(Slot& s, std::uint32_t gen) noexcept;
   void unpin(std::uint32_t index, Slot& s) noexcept;
   void try_release(std::uint32_t index, Slot& s) noexcept;
   void recycle(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;

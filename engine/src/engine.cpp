@@ -33,6 +33,7 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
     sweep_failed();
   out.clear();
   out.host_ = &host_;
+  out.table_ = table_.get();
   return Transaction(*this, uses, at, command, out).run();
 }
 
@@ -43,6 +44,7 @@ void Engine::ended(CommandName name, EventStatus status) noexcept {
 std::optional<EnqueueError> Engine::place(Buffer& buffer, Location at, Submission& out) {
   out.clear();
   out.host_ = &host_;
+  out.table_ = table_.get();
   const BufferUse use{&buffer, {0, buffer.size(), migration::Access::read}};
   return Transaction(*this, std::span(&use, 1), at, nullptr, out).run_place();
 }
@@ -100,9 +102,12 @@ Submission::Submission() : scratch_(std::make_unique<EnqueueScratch>()) {}
 Submission::~Submission() { clear(); }
 
 void Submission::clear() noexcept {
-  if (host_ != nullptr)
+  if (waits_counted_)
     for (Event e : waits_) host_->release(e, 1);
+  for (Event name : leases_) table_->end_lease(name);
   waits_.clear();
+  leases_.clear();
+  waits_counted_ = false;
   storage_.clear();
   command_ = CommandName::none;
 }

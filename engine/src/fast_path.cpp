@@ -28,7 +28,7 @@ bool Transaction::fast_path() {
     if (!migration::writes(use.access)) migration::detail::reserve_more(st.users, 1);
     waits += *n;
   }
-  migration::detail::reserve_more(out_.waits_, waits);
+  reserve_waits(waits);
   for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
     Storage& st = b.storage_[at_];

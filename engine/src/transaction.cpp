@@ -68,7 +68,7 @@ std::optional<EnqueueError> Transaction::run() {
     if (!failed) failed = create_copies();
     // The rest of commit_all()'s room (plan_all() made the storages'):
     // a wait per copy and per fence of the command's storage.
-    if (!failed) migration::detail::reserve_more(out_.waits_, s_.copy_events.size() + fence_waits_);
+    if (!failed) reserve_waits(s_.copy_events.size() + fence_waits_);
   } catch (...) {
     failed = error_of_exception();
   }
@@ -117,7 +117,10 @@ std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
   unlock_all();
   start_copies();  // only the write-backs of evictions made on the way
   out_.clear();
-  if (e.code == EnqueueError::Code::device_busy) out_.waits_.swap(s_.room_after);  // their references move
+  if (e.code == EnqueueError::Code::device_busy) {
+    out_.waits_.swap(s_.room_after);  // their references move
+    out_.waits_counted_ = true;
+  }
   release_all(s_.room_after);
   table_.discard(command_);  // nothing records it
   command_ = nullptr;
@@ -952,18 +955,24 @@ void Transaction::add_dep(Event name, std::size_t from) {
 void Transaction::add_new_wait(Event name) {
   constexpr std::size_t kSearched = 32;
   last_wait_ = name;
-  migration::detail::reserve_more(out_.waits_, 1);  // first: out of memory, nothing is held
-  const Event e = table_.retain_host(name);
+  reserve_waits(1);  // first: out of memory, nothing is held
+  const Event e = table_.lease_host(name);
   if (e == nullptr) return;  // completed: nothing to wait for
   if (out_.waits_.size() < kSearched) {
     if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) {
-      drop(e);
+      table_.end_lease(name);
       return;
     }
   } else {
     waits_unsearched_ = true;
   }
   out_.waits_.push_back(e);
+  out_.leases_.push_back(name);
+}
+
+void Transaction::reserve_waits(std::size_t n) {
+  migration::detail::reserve_more(out_.waits_, n);
+  migration::detail::reserve_more(out_.leases_, n);
 }
 
 void Transaction::dedupe_waits() noexcept {
@@ -971,10 +980,8 @@ void Transaction::dedupe_waits() noexcept {
   std::vector<Event>& w = out_.waits_;
   std::sort(w.begin(), w.end());
   auto kept = w.begin();
-  for (auto it = w.begin(); it != w.end(); ++it) {
-    if (kept != w.begin() && *(kept - 1) == *it) drop(*it);  // the reference add_new_wait() took twice
-    else *kept++ = *it;
-  }
+  for (auto it = w.begin(); it != w.end(); ++it)  // each lease ends once (Submission::clear)
+    if (kept == w.begin() || *(kept - 1) != *it) *kept++ = *it;
   w.erase(kept, w.end());
   waits_unsearched_ = false;
 }

@@ -143,9 +143,9 @@ class Transaction {
   void start_copies() noexcept;
 
   void add_dep(Event name, std::size_t from);  // to scratch.deps as a host event, retained, once
-  // To out.waits as a host event, retained, once (none: it completed). Most
-  // often the wait just added (a command's buffers share their last
-  // writer): that look is inline.
+  // To out.waits as a host event, leased (CommandTable::lease_host), once
+  // (none: it completed). Most often the wait just added (a command's
+  // buffers share their last writer): that look is inline.
   void add_wait(Event name) {
     if (name == nullptr || name == command_ || name == last_wait_) return;
     add_new_wait(name);
@@ -154,6 +154,7 @@ class Transaction {
   // The use of group `g` (of one use), wherever it is now (uses_stale_).
   const migration::Use& use_of(const EnqueueScratch::Group& g) const { return uses_[g.use].use; }
   void add_new_wait(Event name);
+  void reserve_waits(std::size_t n);  // room in out_ for n waits more
   void dedupe_waits() noexcept;  // what add_new_wait() did not search
   void release_all(std::vector<Event>& events) noexcept;  // host events; and clears them
   // One host reference fewer: batched while buffers are locked.

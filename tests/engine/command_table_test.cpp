@@ -162,6 +162,45 @@ TEST(CommandTable, AFailedCommandKeepsItsEventUntilNoRecordNamesIt) {
   EXPECT_EQ(table.status(f), EventStatus::completed) << "recycled: long gone";
 }
 
+// A lease (what an enqueue hands its caller to wait for) holds the slot's
+// own reference, whatever the command does meanwhile: completed, its
+// event goes back only when the lease ends; failed, a sweep that finds no
+// record naming it leaves it while leased, and takes it at the next sweep.
+TEST(CommandTable, ALeasedEventStaysUntilTheLeaseEndsWhateverItsCommandDoes) {
+  AtomicHost host;
+  CommandTable table(host);
+  FakeEvent done, failed;
+  const Event d = table.make(&done, false, true);
+  const Event f = table.make(&failed, false, true);
+  EXPECT_EQ(table.lease_host(d), static_cast<Event>(&done));
+  EXPECT_EQ(table.lease_host(f), static_cast<Event>(&failed));
+  EXPECT_EQ(done.refs, 1) << "a lease takes no reference of its own";
+  finish(done, EventStatus::completed);
+  finish(failed, EventStatus::failed);
+  table.learned(d, EventStatus::completed);
+  table.learned(f, EventStatus::failed);
+  EXPECT_EQ(done.refs, 1) << "given back while leased";
+  EXPECT_EQ(table.status(d), EventStatus::completed);
+
+  std::vector<Event> candidates;
+  table.failed_names(candidates);
+  ASSERT_EQ(candidates, std::vector<Event>{f});
+  table.recycle_unnamed(candidates, {});
+  EXPECT_EQ(failed.refs, 1) << "recycled while leased";
+  EXPECT_EQ(table.status(f), EventStatus::failed);
+  EXPECT_EQ(table.failed_kept(), 1u);
+
+  table.end_lease(d);
+  EXPECT_EQ(done.refs, 0) << "the lease ended, its completed event is still held";
+  EXPECT_EQ(table.lease_host(d), nullptr) << "a completed command leases nothing";
+  table.end_lease(f);
+  EXPECT_EQ(failed.refs, 1) << "a failed one waits for the next sweep";
+  table.recycle_unnamed(candidates, {});
+  EXPECT_EQ(failed.refs, 0);
+  EXPECT_EQ(table.failed_kept(), 0u);
+  EXPECT_EQ(host.over_released, 0);
+}
+
 TEST(CommandTable, ADiscardedNameAndTheTableItselfGiveEveryEventBack) {
   AtomicHost host;
   std::array<FakeEvent, 3> events;
@@ -202,6 +241,8 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
   constexpr int kThreads = 4, kPerThread = 20000;
   std::vector<FakeEvent> events(kThreads * kPerThread);
   std::vector<std::atomic<Event>> names(events.size());
+  std::atomic<int> unheld_leases{0};
+  std::atomic<bool> done{false};
   {
     CommandTable table(host);
     std::vector<std::thread> threads;
@@ -216,6 +257,12 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
             if (Event n = names[other].load()) {
               (void)table.status(n);
               if (Event e = table.retain_host(n)) host.release(e, 1);
+              // A lease, racing with the sweeper below: while it lasts,
+              // the table's reference holds the event.
+              if (Event e = table.lease_host(n)) {
+                if (static_cast<FakeEvent*>(e)->refs.load() <= 0) ++unheld_leases;
+                table.end_lease(n);
+              }
             }
             const bool completes = i % 97 != 0;
             const EventStatus end = completes ? EventStatus::completed : EventStatus::failed;
@@ -229,8 +276,21 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
         }
       });
     }
+    // Sweeps as Engine::sweep_failed makes them, with no record naming
+    // anything: every failed slot not leased or looked at goes.
+    std::thread sweeper([&] {
+      std::vector<Event> candidates;
+      while (!done.load()) {
+        candidates.clear();
+        table.failed_names(candidates);
+        table.recycle_unnamed(candidates, {});
+      }
+    });
     for (std::thread& th : threads) th.join();
+    done.store(true);
+    sweeper.join();
   }
+  EXPECT_EQ(unheld_leases, 0) << "a leased event was given back during its lease";
   EXPECT_EQ(host.unheld_status, 0);
   EXPECT_EQ(host.over_released, 0);
   for (const FakeEvent& e : events) ASSERT_EQ(e.refs, 0);

@@ -142,7 +142,9 @@ TEST_F(EngineTest, AnEnqueueHandsTheHostOneReferenceCountPerEvent) {
   const int calls_before = host_.reference_calls;
   Task* second = enqueue(uses, 1);
   ASSERT_NE(second, nullptr);
-  EXPECT_EQ(host_.reference_calls - calls_before, 2) << "one retain of the new command, one of the old as its wait";
+  // The wait is leased from the command table (CommandTable::lease_host),
+  // not counted: no host call for it, now or at clear().
+  EXPECT_EQ(host_.reference_calls - calls_before, 1) << "one retain of the new command, none for its wait";
   // The new command waits for the old one once, not once per buffer.
   ASSERT_EQ(sub_.waits().size(), 1u);
   EXPECT_EQ(sub_.waits()[0], first);
@@ -262,6 +264,37 @@ TEST(EngineCompletions, ThePlannerTellsTheTableOnlyWhenTheHostDoesNot) {
       for (const Task* w : writers) EXPECT_EQ(w->refs, 0) << "told completed, task " << w->id << " is still held";
     }
   }
+}
+
+// What an enqueue hands back to wait for stays alive until the caller
+// lets go of it (Submission::clear), whatever its command does meanwhile,
+// with no host reference taken for it: the command table keeps its own
+// while the wait is leased (CommandTable::lease_host; a failed command's
+// slot, swept meanwhile, the CommandTable tests cover).
+TEST(EngineWaits, AWaitStaysAliveUntilTheSubmissionIsClearedWithNoHostReference) {
+  ByteHost host(1, 8 << 10, 1);
+  host.tells = true;
+  OneBuffer o(host);
+  host.tell = &o.engine;
+  Task& gate = host.user_event();
+  const std::vector<Task*> gated{&gate};
+  Task& writer = o.enqueue(Access::read_write, gated);
+  Task& reader = host.command(nullptr);
+  const int calls = host.reference_calls;
+  ASSERT_FALSE(o.engine.enqueue({{{&o.b, {0, 64, Access::read}}}}, 1, &reader, o.sub));
+  EXPECT_EQ(host.reference_calls - calls, 1) << "the reader's own retain, and none for its wait";
+  ASSERT_EQ(o.sub.waits().size(), 1u);
+  EXPECT_EQ(o.sub.waits()[0], &writer);
+  const std::vector<Event> waits(o.sub.waits().begin(), o.sub.waits().end());
+  // The writer completes, told to the engine, while the wait is held.
+  host.end_user(gate, true);
+  ASSERT_TRUE(host.run_until_done(std::vector<Event>{&writer}));
+  ASSERT_EQ(writer.outcome, EventStatus::completed);
+  EXPECT_GT(writer.refs, 0) << "the waited event went back to the host while the wait was held";
+  host.start(reader, waits);
+  o.sub.clear();
+  EXPECT_EQ(writer.refs, 0) << "the wait was let go of, yet the engine still holds the event";
+  host.run_all();
 }
 
 // A host that tells how each command ends (Host::tells_ends) is never

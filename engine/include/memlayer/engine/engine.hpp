@@ -234,14 +234,22 @@ class Submission {
   /// place()): the host keeps it with the command's event, to pass to
   /// Engine::ended() once the command has ended.
   [[nodiscard]] CommandName command() const noexcept { return command_; }
-  /// Drops the references waits() holds; command() is none again.
+  /// Lets go of waits(), which stay alive until then; command() is none
+  /// again. Call it before the engine goes.
   void clear() noexcept;
 
  private:
   friend class Engine;
   friend class Transaction;
   Host* host_ = nullptr;
+  CommandTable* table_ = nullptr;
+  // After an enqueue, waits_ are held by leases on the engine's command
+  // table (CommandTable::lease_host), one per name in leases_: no host
+  // reference is taken or dropped for them. After a device_busy failure
+  // they are host references (waits_counted_).
   std::vector<Event> waits_;
+  std::vector<Event> leases_;
+  bool waits_counted_ = false;
   std::vector<StorageHandle> storage_;
   CommandName command_ = CommandName::none;
   std::unique_ptr<EnqueueScratch> scratch_;
