@@ -94,7 +94,7 @@ void CommandTable::look_again() noexcept {
   }
 }
 
-Event CommandTable::make(Event e, bool adopt, bool told) noexcept {
+Event CommandTable::make(Event e, Ref ref, bool told) noexcept {
   std::uint32_t index = 0;
   if (!pop_free(index)) {
     look_again();
@@ -102,7 +102,8 @@ Event CommandTable::make(Event e, bool adopt, bool told) noexcept {
     if (!pop_free(index) && !(grow() && pop_free(index))) return nullptr;
   }
   Slot& s = slot(index);
-  if (!adopt) host_.retain(e, 1);
+  if (ref == Ref::retain) host_.retain(e, 1);
+  else if (ref == Ref::retain_unshared) host_.retain_unshared(e);
   s.host = e;
   const std::uint32_t gen = gen_of(s.word.load(std::memory_order_relaxed));
   s.word.store(word(gen, kRunning) | (told ? kTold : 0), std::memory_order_release);

@@ -56,15 +56,20 @@ class CommandTable {
   CommandTable(const CommandTable&) = delete;
   CommandTable& operator=(const CommandTable&) = delete;
 
+  /// How make() comes by the reference the table holds.
+  enum class Ref : std::uint8_t {
+    retain,           // takes one (Host::retain)
+    retain_unshared,  // takes one of an event no other thread sees yet (Host::retain_unshared)
+    adopt,            // takes over one the caller holds
+  };
   /// A new name for host event `e` (not nullptr), running. The table holds
-  /// one reference to `e` from now on: it takes one (`adopt` false) or takes
-  /// over one the caller holds (`adopt` true). `told`: the host will tell
+  /// one reference to `e` from now on, as `ref` says. `told`: the host will tell
   /// how it ends (learned()), so status() never asks it. nullptr when no slot can be
   /// had (no host memory for a new block of slots): then nothing is taken.
   /// O(1) amortised; a block of slots is added, or up to 64 running slots
   /// are looked at again (finding those that completed unseen), when none
   /// is free.
-  [[nodiscard]] Event make(Event e, bool adopt, bool told = false) noexcept;
+  [[nodiscard]] Event make(Event e, Ref ref, bool told = false) noexcept;
   /// Gives back a name nothing records (the command of an enqueue that
   /// failed, a copy never started): its event's reference goes back to the
   /// host, the slot is free. O(1).

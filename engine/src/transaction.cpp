@@ -51,7 +51,7 @@ std::optional<EnqueueError> Transaction::run() {
   try {
     group_uses();
     out_.storage_.assign(uses_.size(), 0);
-    command_ = table_.make(host_command_, false, engine_.host_tells_ends_);
+    command_ = table_.make(host_command_, CommandTable::Ref::retain_unshared, engine_.host_tells_ends_);
     if (command_ == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -377,7 +377,7 @@ bool Transaction::adopt_fences(Buffer& b, Location loc, Allocation& a) {
   try {
     st.fences.reserve(a.fences.size());
     for (; made < a.fences.size(); ++made) {
-      const Event name = table_.make(a.fences[made], true);
+      const Event name = table_.make(a.fences[made], CommandTable::Ref::adopt);
       if (name == nullptr) break;
       st.fences.push_back(name);
     }
@@ -851,7 +851,7 @@ bool Transaction::create_copy(Buffer& b, const migration::Copy& c, std::size_t f
     drop_deps();  // held for a copy that does not exist
     throw;        // the enqueue fails with it (error_of_exception)
   }
-  const Event name = h.event == nullptr ? nullptr : table_.make(h.event, false);
+  const Event name = h.event == nullptr ? nullptr : table_.make(h.event, CommandTable::Ref::retain);
   if (name == nullptr) {
     if (h.event != nullptr) host_.discard_copy(std::move(h));
     drop_deps();

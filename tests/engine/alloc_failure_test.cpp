@@ -49,6 +49,7 @@ class MustNotFail final : public Host {
  public:
   explicit MustNotFail(ByteHost& host) : host_(host) {}
   void retain(Event e, std::uint32_t n) noexcept override { host_.retain(e, n); }
+  void retain_unshared(Event e) noexcept override { host_.retain_unshared(e); }
   void release(Event e, std::uint32_t n) noexcept override { host_.release(e, n); }
   EventStatus status(Event e) const noexcept override { return host_.status(e); }
   Allocation allocate(Location at, void* cookie, std::uint64_t size) override {

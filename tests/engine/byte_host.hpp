@@ -82,6 +82,15 @@ class ByteHost final : public Host {
     ++reference_calls;
     task(e).refs += static_cast<int>(count);
   }
+  // Only for the command an enqueue records, before the host starts it
+  // (Host::retain_unshared).
+  void retain_unshared(Event e) noexcept override {
+    const Task& t = task(e);
+    EXPECT_EQ(t.kind, Task::Kind::command) << "task " << t.id << ": only a command's event comes in unshared";
+    EXPECT_FALSE(t.submitted) << "task " << t.id << " was counted unshared after it started";
+    ++unshared_retains;
+    retain(e, 1);
+  }
   void release(Event e, std::uint32_t count) noexcept override {
     ++reference_calls;
     Task& t = task(e);
@@ -345,6 +354,7 @@ class ByteHost final : public Host {
   std::function<void()> on_free;
   int copies_created = 0, copies_discarded = 0;
   int reference_calls = 0;  // retain() and release() calls, whatever their count
+  int unshared_retains = 0;  // retain_unshared() calls (each a retain() call too)
   bool tells = false;  // tells_ends(): set before the engine is made
   /// With `tells`: the engine told how each command with a name ends, as
   /// run_one() ends it (Engine::ended).

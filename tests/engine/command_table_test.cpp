@@ -54,7 +54,7 @@ TEST(CommandTable, ACompletedCommandsEventGoesBackAndItsNameReadsCompletedForGoo
   AtomicHost host;
   CommandTable table(host);
   FakeEvent a;
-  const Event name = table.make(&a, false);
+  const Event name = table.make(&a, CommandTable::Ref::retain);
   ASSERT_NE(name, nullptr);
   EXPECT_NE(name, static_cast<Event>(&a)) << "a name, not the host's event";
   EXPECT_EQ(a.refs, 1);
@@ -71,7 +71,7 @@ TEST(CommandTable, ACompletedCommandsEventGoesBackAndItsNameReadsCompletedForGoo
   // The slot is recycled: the old name still reads completed, never the
   // new command's status, and names nothing to wait for.
   FakeEvent b;
-  const Event next = table.make(&b, false);
+  const Event next = table.make(&b, CommandTable::Ref::retain);
   EXPECT_NE(next, name);
   EXPECT_EQ(table.status(name), EventStatus::completed);
   EXPECT_EQ(table.retain_host(name), nullptr);
@@ -87,8 +87,8 @@ TEST(CommandTable, ACompletionLearnedOtherwiseGivesTheEventBackWithoutAskingTheH
   AtomicHost host;
   CommandTable table(host);
   FakeEvent a, b;
-  const Event first = table.make(&a, false);
-  const Event second = table.make(&b, false);
+  const Event first = table.make(&a, CommandTable::Ref::retain);
+  const Event second = table.make(&b, CommandTable::Ref::retain);
   finish(a, EventStatus::completed);
   table.learned(first, EventStatus::completed);
   EXPECT_EQ(a.refs, 0) << "given back at once";
@@ -114,8 +114,8 @@ TEST(CommandTable, AToldSlotIsNeverAskedAndReadsWhatItIsTold) {
   AtomicHost host;
   CommandTable table(host);
   FakeEvent a, b;
-  const Event done = table.make(&a, false, true);
-  const Event broken = table.make(&b, false, true);
+  const Event done = table.make(&a, CommandTable::Ref::retain, true);
+  const Event broken = table.make(&b, CommandTable::Ref::retain, true);
   finish(a, EventStatus::completed);  // not told yet
   finish(b, EventStatus::failed);
   EXPECT_EQ(table.status(done), EventStatus::running);
@@ -137,8 +137,8 @@ TEST(CommandTable, AFailedCommandKeepsItsEventUntilNoRecordNamesIt) {
   AtomicHost host;
   CommandTable table(host);
   FakeEvent failed, cancelled;
-  const Event f = table.make(&failed, false);
-  const Event c = table.make(&cancelled, false);
+  const Event f = table.make(&failed, CommandTable::Ref::retain);
+  const Event c = table.make(&cancelled, CommandTable::Ref::retain);
   finish(failed, EventStatus::failed);
   finish(cancelled, EventStatus::cancelled);
   EXPECT_EQ(table.status(f), EventStatus::failed);
@@ -170,8 +170,8 @@ TEST(CommandTable, ALeasedEventStaysUntilTheLeaseEndsWhateverItsCommandDoes) {
   AtomicHost host;
   CommandTable table(host);
   FakeEvent done, failed;
-  const Event d = table.make(&done, false, true);
-  const Event f = table.make(&failed, false, true);
+  const Event d = table.make(&done, CommandTable::Ref::retain, true);
+  const Event f = table.make(&failed, CommandTable::Ref::retain, true);
   EXPECT_EQ(table.lease_host(d), static_cast<Event>(&done));
   EXPECT_EQ(table.lease_host(f), static_cast<Event>(&failed));
   EXPECT_EQ(done.refs, 1) << "a lease takes no reference of its own";
@@ -206,12 +206,12 @@ TEST(CommandTable, ADiscardedNameAndTheTableItselfGiveEveryEventBack) {
   std::array<FakeEvent, 3> events;
   {
     CommandTable table(host);
-    const Event unused = table.make(&events[0], false);
+    const Event unused = table.make(&events[0], CommandTable::Ref::retain);
     table.discard(unused);
     EXPECT_EQ(events[0].refs, 0);
-    (void)table.make(&events[1], false);
+    (void)table.make(&events[1], CommandTable::Ref::retain);
     events[2].refs = 1;  // adopted: the caller hands its reference over
-    (void)table.make(&events[2], true);
+    (void)table.make(&events[2], CommandTable::Ref::adopt);
     finish(events[2], EventStatus::failed);
     EXPECT_EQ(table.holding(), 2u);
   }
@@ -226,7 +226,7 @@ TEST(CommandTable, CommandsNobodyAsksAboutAreFoundWhenSlotsRunOut) {
   std::vector<FakeEvent> events(20000);
   CommandTable table(host);
   for (FakeEvent& e : events) {
-    (void)table.make(&e, false);
+    (void)table.make(&e, CommandTable::Ref::retain);
     finish(e, EventStatus::completed);
   }
   EXPECT_LT(table.holding(), 4096u + 64u) << "the table grew instead of looking again";
@@ -251,7 +251,7 @@ TEST(CommandTable, ConcurrentLooksNeverReachAnEventGivenBack) {
         for (int i = 0; i < kPerThread; ++i) {
           const std::size_t k = static_cast<std::size_t>(t) * kPerThread + static_cast<std::size_t>(i);
           const bool told = k % 2 == 0;  // its end told (Host::tells_ends), else asked
-          names[k].store(table.make(&events[k], false, told));
+          names[k].store(table.make(&events[k], CommandTable::Ref::retain, told));
           if (k >= 3) {
             const std::size_t other = (k * 7919) % k;  // someone's earlier name, maybe recycled
             if (Event n = names[other].load()) {

@@ -140,8 +140,11 @@ TEST_F(EngineTest, AnEnqueueHandsTheHostOneReferenceCountPerEvent) {
   Task* first = enqueue(uses, 1);
   ASSERT_NE(first, nullptr);
   const int calls_before = host_.reference_calls;
+  const int unshared_before = host_.unshared_retains;
   Task* second = enqueue(uses, 1);
   ASSERT_NE(second, nullptr);
+  EXPECT_EQ(host_.unshared_retains - unshared_before, 1)
+      << "the new command's reference, taken while the event is the host's alone (Host::retain_unshared)";
   // The wait is leased from the command table (CommandTable::lease_host),
   // not counted: no host call for it, now or at clear().
   EXPECT_EQ(host_.reference_calls - calls_before, 1) << "one retain of the new command, none for its wait";

@@ -186,6 +186,10 @@ class PoclHost final : public memlayer::engine::Host {
   explicit PoclHost(ContextState& cs) : cs_(cs) {}
 
   void retain(Event e, std::uint32_t count) noexcept override { retain_event(event_of(e), count); }
+  // The command's event, made by make_command() for this enqueue and not
+  // enqueued yet: no other thread can reach it, so no lock guards its
+  // count (what PoCL's own POCL_RETAIN_OBJECT_UNLOCKED is for).
+  void retain_unshared(Event e) noexcept override { ++event_of(e)->pocl_refcount; }
   void release(Event e, std::uint32_t count) noexcept override { release_event(event_of(e), count); }
   // Each command the engine recorded is told to it as it ends
   // (pocl_ml_command_ended, from pocl_update_event_finished).

@@ -129,13 +129,23 @@ class Host {
   /// engine holds one reference per command, copy and fence it records (its
   /// command table names them in its records, uncounted: doc/engine.md),
   /// taken when the event comes in and dropped once the event has
-  /// completed, and one per event it hands back (Submission::waits(), a
-  /// copy's dependencies, Host::free's `after`), so these are called about
-  /// twice per command, not per buffer argument. O(1). May be called under
-  /// engine locks: must not run user callbacks (dropping the last
-  /// reference frees the event and nothing else).
+  /// completed, and one per event it hands back for longer than the
+  /// enqueue (a copy's dependencies, Host::free's `after`; not
+  /// Submission::waits(), which the engine keeps alive itself until
+  /// Submission::clear()), so these are called about twice per command, not
+  /// per buffer argument. O(1). May be called under engine locks: must not
+  /// run user callbacks (dropping the last reference frees the event and
+  /// nothing else).
   virtual void retain(Event e, std::uint32_t count) noexcept = 0;
   virtual void release(Event e, std::uint32_t count) noexcept = 0;
+  /// The engine's reference to the event of the command Engine::enqueue()
+  /// records, taken as the enqueue starts, while the event is the
+  /// caller's alone: made for this command and not yet started or shown to
+  /// another thread (engine.hpp: the host starts the command after the
+  /// enqueue). A host whose events guard their counts with a lock may count
+  /// this one without it (PoCL's core does: two atomic operations fewer
+  /// per command). By default, retain(e, 1). O(1).
+  virtual void retain_unshared(Event e) noexcept { retain(e, 1); }
   /// How `e` stands (migration/event.hpp: EventStatus): running until it
   /// ends, then for good completed, cancelled (failed without starting:
   /// wrote nothing) or failed (after starting: its writes may be partial; a
