@@ -94,6 +94,7 @@ Work copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t bu
 
 void EngineHost::retain(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_retain(count); }
 void EngineHost::release(engine::Event e, std::uint32_t count) noexcept { state(e)->planner_release(count); }
+void EngineHost::retain_unshared(engine::Event e) noexcept { state(e)->planner_retain_unshared(); }
 engine::EventStatus EngineHost::status(engine::Event e) const noexcept { return state(e)->outcome(); }
 
 engine::Allocation EngineHost::allocate(engine::Location at, void* cookie, std::uint64_t size) {

@@ -17,6 +17,9 @@ class EngineHost final : public engine::Host {
 
   void retain(engine::Event e, std::uint32_t count) noexcept override;
   void release(engine::Event e, std::uint32_t count) noexcept override;
+  // A command's event is its node's alone until try_enqueue() puts the
+  // node in its queue and submits it (context_state.cpp).
+  void retain_unshared(engine::Event e) noexcept override;
   [[nodiscard]] engine::EventStatus status(engine::Event e) const noexcept override;
   // Each command the engine recorded is told to it as it ends
   // (scheduler.cpp: tell_engine()).

@@ -103,6 +103,12 @@ void EventState::planner_retain(std::uint32_t count) {
   if (planner_refs_.load(std::memory_order_acquire) > 0 && !anchor_) anchor_ = shared_from_this();
 }
 
+void EventState::planner_retain_unshared() {
+  if (planner_refs_.load(std::memory_order_relaxed) != 0) return planner_retain(1);
+  anchor_ = shared_from_this();
+  planner_refs_.store(1, std::memory_order_release);  // after the anchor: a release that reads 1 finds it
+}
+
 void EventState::planner_release(std::uint32_t count) {
   if (planner_refs_.fetch_sub(count, std::memory_order_acq_rel) != count) return;
   std::shared_ptr<EventState> last;  // destroyed after the lock is released

@@ -90,6 +90,10 @@ class EventState : public std::enable_shared_from_this<EventState> {
   // leaves or reaches 0 (engines take and drop them at every enqueue).
   void planner_retain(std::uint32_t count);
   void planner_release(std::uint32_t count);
+  // The first of them, for a command's event no other thread can reach yet
+  // (engine::Host::retain_unshared): neither the lock nor a
+  // read-modify-write of the count.
+  void planner_retain_unshared();
 
  private:
   mutable std::mutex mutex_;
