@@ -135,8 +135,7 @@ EventStatus CommandTable::status(Event name) noexcept {
 // A look at a slot that read running with generation `gen`.
 EventStatus CommandTable::ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept {
   // Pinned, the slot keeps its event until this look is done (try_release).
-  s.pins.fetch_add(1, std::memory_order_seq_cst);
-  std::uint64_t w = s.word.load(std::memory_order_seq_cst);
+  std::uint64_t w = pin(s, gen);
   EventStatus r;
   if (gen_of(w) != gen) {
     r = EventStatus::completed;

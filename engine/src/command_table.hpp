@@ -101,7 +101,10 @@ class CommandTable {
   [[nodiscard]] Event lease_host(Event name) noexcept;
   /// Ends a lease of lease_host(): a slot whose command completed
   /// meanwhile gives its event back now. O(1).
-  void end_lease(Event name) noexcept { unpin(index_of(name), slot(index_of(name))); }
+  void end_lease(Event name) noexcept {
+    const std::uint32_t index = index_of(name);
+    unpin(index, slot(index));
+  }
 
   /// Names that failed or were cancelled, kept until recycle_unnamed()
   /// recycles them. O(1).
