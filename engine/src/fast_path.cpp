@@ -18,14 +18,14 @@ bool Transaction::fast_path() {
   std::size_t waits = 0;
   for (const EnqueueScratch::Group& g : s_.groups) {
     Buffer& b = *g.buffer;
-    if (g.count != 1 || b.storage_.size() <= at_) return false;
-    Storage& st = b.storage_[at_];
+    if (g.count != 1) return false;
+    Storage* st = b.storage_if_listed(at_);
     // Fences wait until the general pipeline drops the ones that ended.
-    if (!st.allocated || !st.fences.empty()) return false;
+    if (st == nullptr || !st->allocated || !st->fences.empty()) return false;
     const migration::Use& use = use_of(g);
     const auto n = b.versions_.fast_prepare(use, at_);
     if (!n) return false;
-    if (!migration::writes(use.access)) migration::detail::reserve_more(st.users, 1);
+    if (!migration::writes(use.access)) migration::detail::reserve_more(st->users, 1);
     waits += *n;
   }
   reserve_waits(waits);

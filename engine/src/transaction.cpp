@@ -27,7 +27,7 @@ Transaction::~Transaction() {
   // Only when an exception left run() half-way (a broken invariant: nothing
   // after the decision throws): no buffer stays locked, no copy unhandled.
   unlock_all();
-  start_copies();
+  if (!s_.pending.empty() || !s_.deps.empty()) start_copies();  // none after the fast path
 }
 
 // What an exception that stopped the decision says, as the enqueue's error.
@@ -749,6 +749,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
     const std::uint64_t lost = g.buffer->versions_.bytes_lost();
     g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);
+    reserve_waits(s_.planning.wait.size());
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
     keep_forgotten_writers(*g.buffer);
     // commit_all()'s room in the storages: a user per copy and the command.
@@ -952,10 +953,11 @@ void Transaction::add_dep(Event name, std::size_t from) {
 // readers) takes the event as it comes and is sorted once, by
 // dedupe_waits(), so that a writer's cost grows with its waits, not with
 // their square.
+// The caller made room (reserve_waits()): a wait is recorded with nothing
+// that can fail between its lease and its place in out_.
 void Transaction::add_new_wait(Event name) {
   constexpr std::size_t kSearched = 32;
   last_wait_ = name;
-  reserve_waits(1);  // first: out of memory, nothing is held
   const Event e = table_.lease_host(name);
   if (e == nullptr) return;  // completed: nothing to wait for
   if (out_.waits_.size() < kSearched) {

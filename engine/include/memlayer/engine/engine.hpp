@@ -126,6 +126,14 @@ class Buffer {
     return storage_[at];
   }
   void grow_storage(Location at);
+  // The storage at `at`, or nullptr when the list stops before it: the
+  // fast path's check per argument, in bytes (a Storage is 104 of them: a
+  // count of elements would be a division).
+  Storage* storage_if_listed(Location at) noexcept {
+    const auto bytes = static_cast<std::size_t>(reinterpret_cast<const char*>(std::to_address(storage_.end())) -
+                                                reinterpret_cast<const char*>(storage_.data()));
+    return std::size_t{at} * sizeof(Storage) < bytes ? storage_.data() + at : nullptr;
+  }
   // Finished users are pruned when the list reaches prune_at, which then
   // doubles past what is left: a list of unfinished users (a batch of
   // queued commands) costs O(1) amortised per add, not a scan each time.

@@ -434,10 +434,17 @@ inline bool RangeVersions::settled_at(const Span& s, bool for_write, Location at
   if (s.anywhere) found = &kAnywhere;
   else if (s.holders.empty()) return false;
   if (ops_.failed(s.last_writer)) return false;
+  // Most holders were made ready by the last writer, looked at above: the
+  // pass that finds them makes no status look (no call that would make
+  // the compiler save its registers), and a second pass looks at the rest.
+  bool others = false;
   for (const Holder& h : s.holders) {
-    if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
+    others |= h.ready != s.last_writer;
     if (h.where == at) found = &h;
   }
+  if (others) [[unlikely]]
+    for (const Holder& h : s.holders)
+      if (h.ready != s.last_writer && ops_.failed(h.ready)) return false;
   if (for_write)
     for (Event r : s.readers)
       if (ops_.failed(r)) return false;

@@ -90,12 +90,19 @@ class RefBatch {
   /// references keep `e` from being freed and its address reused meanwhile.
   /// O(1).
   [[nodiscard]] bool recall(Event e, int& status) const noexcept {
+    if (e == last_.event) {  // most often the one looked up last (a command's buffers share their last writer)
+      status = last_.status;
+      return true;
+    }
     const Memo& m = memo_[memo_slot(e)];
     if (m.event != e || m.generation != generation_) return false;
     status = m.status;
     return true;
   }
-  void remember(Event e, int status) noexcept { memo_[memo_slot(e)] = {e, generation_, status}; }
+  void remember(Event e, int status) noexcept {
+    memo_[memo_slot(e)] = {e, generation_, status};
+    last_ = {e, status};
+  }
 
  private:
   struct Memo {
@@ -112,6 +119,7 @@ class RefBatch {
   // Forgets every remembered status: O(1), the table is cleared only when
   // the generation wraps.
   void forget_statuses() noexcept {
+    last_ = {};
     if (++generation_ == 0) {
       memo_ = {};
       generation_ = 1;
@@ -141,6 +149,7 @@ class RefBatch {
       // A release applied now may free `e`, and a copy made later in this
       // enqueue may get its address: its remembered status goes with it.
       if (delta < 0 && memo_[memo_slot(e)].event == e) memo_[memo_slot(e)].event = nullptr;
+      if (delta < 0 && last_.event == e) last_ = {};
       return apply_(context_, e, delta);
     }
     used_.push_back(static_cast<std::uint16_t>(h));
@@ -161,6 +170,10 @@ class RefBatch {
   std::array<Slot*, 2> recent_{&none_, &none_};  // the two last counted
   std::uint32_t generation_ = 1;
   std::array<Memo, std::size_t{1} << kMemoBits> memo_{};  // statuses looked up, by memo_slot()
+  struct {
+    Event event = nullptr;  // nullptr: none (recall() is never asked about nullptr)
+    int status = 0;
+  } last_;  // the status remembered last, also in memo_
 };
 
 }  // namespace memlayer::migration

@@ -19,7 +19,9 @@ template <class Vector>
 /// (The check inline, on every enqueue's path; the growth out of line.)
 template <class Vector>
 [[gnu::always_inline]] inline void reserve_more(Vector& v, std::size_t more) {
-  if (v.size() + more > v.capacity()) [[unlikely]]
+  // The free room, not size + more against the capacity: for more == 1
+  // the compiler then compares two pointers (no element-size shifts).
+  if (v.capacity() - v.size() < more) [[unlikely]]
     grow_for(v, more);
 }
 
