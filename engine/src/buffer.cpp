@@ -26,8 +26,11 @@ migration::EventOps Buffer::ops_of(CommandTable& table, bool host_tells) {
 }
 
 Buffer::Buffer(Engine& engine, void* cookie, std::uint64_t size, bool host_content)
-    : engine_(engine), cookie_(cookie), size_(size), ops_(ops_of(*engine.table_, engine.host_tells_ends_)),
-      versions_(size, initial_holders(host_content), ops_) {
+    : ops_(ops_of(*engine.table_, engine.host_tells_ends_)),
+      versions_(size, initial_holders(host_content), ops_),
+      engine_(engine),
+      cookie_(cookie),
+      size_(size) {
   std::lock_guard lock(engine_.registry_mutex_);
   engine_.registry_.push_front(this);
   registered_ = engine_.registry_.begin();

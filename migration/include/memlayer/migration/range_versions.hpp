@@ -281,7 +281,7 @@ class RangeVersions {
   // written last): the record keeps those fields itself. Any other span
   // moves whole into wide_, at a place made free while planning, so that
   // recording a write allocates nothing either way.
-  struct Undo {
+  struct alignas(64) Undo {  // one cache line each (a record is written at every write)
     Undo() = default;
     // The narrow record of span `s` (fits_narrow()), written by `w` at
     // `where` over [off, off + n).
@@ -384,23 +384,26 @@ class RangeVersions {
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
   bool fast_trim(bool for_write);
 
+  // What fast_prepare() and fast_commit() use comes first, together: a
+  // command with many buffers touches it in each (the engine's Buffer
+  // puts its own such fields just before).
   std::uint64_t size_;
   const EventOps& ops_;
   SpanMap spans_;
   std::uint64_t next_version_ = 1;
-  std::uint64_t bytes_lost_ = 0;
   std::vector<Undo> undo_;  // in commit order; [0, first_undo_) are spent
   std::size_t first_undo_ = 0;
-  std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
-  bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
-  std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
+  std::size_t fast_trim_at_;  // undo records that make fast_prepare() look for completed ones
   // What fast_prepare() found, for fast_commit(): the span, the event that
   // made its copy at the location ready (nullptr: none to wait for),
   // whether a write's record of it is narrow.
   SpanMap::iterator fast_span_;
   Event fast_ready_ = nullptr;
   bool fast_narrow_ = false;
-  std::size_t fast_trim_at_;         // undo records that make fast_prepare() look for completed ones
+  std::uint64_t bytes_lost_ = 0;
+  std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
+  bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
+  std::size_t planned_writes_ = 0;   // undo records the planned commit adds (prepare_commit())
   // The spans of wide undo records, and free places among them
   // (wide_free_'s capacity holds every index: freeing never allocates).
   // It never shrinks: it holds as many spans as the most wide records (or
