@@ -32,8 +32,10 @@ TEST(RefBatchStatuses, AStatusIsRecalledWithinItsBatchOnly) {
   EXPECT_EQ(s, -2);
   ASSERT_TRUE(batch.recall(event(1), s));
   EXPECT_EQ(s, 1);
+  EXPECT_FALSE(batch.recall(nullptr, s)) << "no event, yet a status was recalled";
   batch.flush();
   batch.begin(nullptr, apply);
+  EXPECT_FALSE(batch.recall(nullptr, s)) << "no event, yet a status was recalled";
   EXPECT_FALSE(batch.recall(event(0), s)) << "a status outlived its batch";
   EXPECT_FALSE(batch.recall(event(1), s)) << "the status remembered last outlived its batch";
   batch.flush();

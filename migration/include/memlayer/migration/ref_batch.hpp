@@ -90,7 +90,9 @@ class RefBatch {
   /// references keep `e` from being freed and its address reused meanwhile.
   /// O(1).
   [[nodiscard]] bool recall(Event e, int& status) const noexcept {
-    if (e == last_.event) {  // most often the one looked up last (a command's buffers share their last writer)
+    // Most often the one looked up last (a command's buffers share their
+    // last writer).
+    if (e == last_.event) {
       status = last_.status;
       return true;
     }
@@ -119,7 +121,7 @@ class RefBatch {
   // Forgets every remembered status: O(1), the table is cleared only when
   // the generation wraps.
   void forget_statuses() noexcept {
-    last_ = {};
+    last_.event = &last_;
     if (++generation_ == 0) {
       memo_ = {};
       generation_ = 1;
@@ -149,7 +151,7 @@ class RefBatch {
       // A release applied now may free `e`, and a copy made later in this
       // enqueue may get its address: its remembered status goes with it.
       if (delta < 0 && memo_[memo_slot(e)].event == e) memo_[memo_slot(e)].event = nullptr;
-      if (delta < 0 && last_.event == e) last_ = {};
+      if (delta < 0 && last_.event == e) last_.event = &last_;
       return apply_(context_, e, delta);
     }
     used_.push_back(static_cast<std::uint16_t>(h));
@@ -170,10 +172,13 @@ class RefBatch {
   std::array<Slot*, 2> recent_{&none_, &none_};  // the two last counted
   std::uint32_t generation_ = 1;
   std::array<Memo, std::size_t{1} << kMemoBits> memo_{};  // statuses looked up, by memo_slot()
-  struct {
-    Event event = nullptr;  // nullptr: none (recall() is never asked about nullptr)
+  // The status remembered last, also in memo_. While none is, its event
+  // is its own address, which no event (nor nullptr) equals: recall()
+  // needs no second compare.
+  struct Last {
+    Event event = this;
     int status = 0;
-  } last_;  // the status remembered last, also in memo_
+  } last_;
 };
 
 }  // namespace memlayer::migration
