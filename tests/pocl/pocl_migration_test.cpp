@@ -46,6 +46,13 @@ class TwoDevices : public ::testing::Test {
         size_t i = get_global_id(0);
         out[i] = in[i] + 1;
       }
+      // Argument k adds 2^k: a buffer's sum says which arguments named it.
+      kernel void add_many(global uint* b0, global uint* b1, global uint* b2, global uint* b3, global uint* b4,
+                           global uint* b5, global uint* b6, global uint* b7, global uint* b8, global uint* b9) {
+        size_t i = get_global_id(0);
+        b0[i] += 1u; b1[i] += 2u; b2[i] += 4u; b3[i] += 8u; b4[i] += 16u;
+        b5[i] += 32u; b6[i] += 64u; b7[i] += 128u; b8[i] += 256u; b9[i] += 512u;
+      }
     )CLC");
     or_tag_ = Kernel(clCreateKernel(program_.get(), "or_tag", &err));
     ASSERT_EQ(err, CL_SUCCESS);
@@ -265,6 +272,70 @@ TEST_F(TwoDevices, ACompletedCommandsEventIsLeftToTheApplication) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(refs, 1u) << "a reference besides the application's outlived the command";
+}
+
+// `m`'s reference count once it is `want`, or after 10 s. PoCL takes
+// references of its own for a while (its device threads, as commands are
+// submitted; the release of a command's buffers just after its event
+// completes): a count that never reaches `want` is what is wrong.
+cl_uint mem_references(cl_mem m, cl_uint want) {
+  cl_uint refs = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+    CL_CHECK(clGetMemObjectInfo(m, CL_MEM_REFERENCE_COUNT, sizeof refs, &refs, nullptr));
+    if (refs == want || std::chrono::steady_clock::now() > deadline) return refs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// A kernel with more than eight buffer arguments, enqueued again with the
+// same buffers and with others (PoCL 3.1's adapter reuses its list of the
+// command's distinct buffers when they are the same as the last command's:
+// drivers/pocl/core/pocl_memlayer_migration.cpp): each queued command holds
+// each buffer it names once until it has run, and writes what it names.
+TEST_F(TwoDevices, AKernelWithManyBuffersHoldsAndWritesTheOnesItNames) {
+  constexpr std::size_t kCount = 256;
+  const std::vector<cl_uint> zeros(kCount, 0);
+  std::vector<Mem> b;
+  for (int k = 0; k < 10; ++k) b.push_back(buffer(kCount * sizeof(cl_uint), zeros.data()));
+  Mem spare = buffer(kCount * sizeof(cl_uint), zeros.data());
+  cl_int err = CL_SUCCESS;
+  Kernel many(clCreateKernel(program_.get(), "add_many", &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Event gate(clCreateUserEvent(ctx_.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_event g = gate.get();
+  const std::size_t global = kCount;
+  auto enqueue = [&](const std::vector<cl_mem>& args) {
+    for (cl_uint k = 0; k < args.size(); ++k) CL_CHECK(clSetKernelArg(many.get(), k, sizeof(cl_mem), &args[k]));
+    CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), many.get(), 1, nullptr, &global, nullptr, 1, &g, nullptr));
+  };
+  std::vector<cl_mem> args;
+  for (const Mem& m : b) args.push_back(m.get());
+  enqueue(args);
+  enqueue(args);  // the same buffers again
+  args[3] = spare.get();
+  enqueue(args);  // one other
+  args[5] = b[4].get();
+  enqueue(args);  // and one twice
+
+  // Queued behind the gate: one reference per command naming the buffer
+  // besides the application's.
+  const std::vector<cl_uint> holders{4, 4, 4, 2, 4, 3, 4, 4, 4, 4};
+  for (int k = 0; k < 10; ++k) EXPECT_EQ(mem_references(b[k].get(), 1 + holders[k]), 1 + holders[k]) << "buffer " << k;
+  EXPECT_EQ(mem_references(spare.get(), 3), 3u);
+
+  CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
+  CL_CHECK(clFinish(queue_[0].get()));
+  const std::vector<cl_uint> sums{4, 8, 16, 16, 16 * 3 + 16 + 32, 32 * 3, 256, 512, 1024, 2048};
+  for (int k = 0; k < 10; ++k) {
+    auto v = read<cl_uint>(1, b[k].get(), kCount);
+    EXPECT_EQ(std::count(v.begin(), v.end(), sums[k]), static_cast<long>(kCount)) << "buffer " << k;
+  }
+  auto v = read<cl_uint>(1, spare.get(), kCount);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 16u), static_cast<long>(kCount));
+  // Each command lets go of its buffers once it has run.
+  for (int k = 0; k < 10; ++k) EXPECT_EQ(mem_references(b[k].get(), 1), 1u) << "buffer " << k;
+  EXPECT_EQ(mem_references(spare.get(), 1), 1u);
 }
 
 // A kernel that gets one buffer twice, read-only and writable, writes it:

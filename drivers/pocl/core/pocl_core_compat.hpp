@@ -40,7 +40,18 @@ class LinkNodes {
   }
   /// Holds the nodes of `links` links in all. False when out of host
   /// memory; what it held stays held.
-  bool reserve(std::size_t links) {
+  bool reserve(std::size_t links) { return nodes_.size() >= 2 * links || grow(links); }
+  /// One node; precondition: reserve() made room for the link it is for.
+  event_node* take() noexcept {
+    event_node* n = nodes_.back();
+    nodes_.pop_back();
+    return n;
+  }
+
+ private:
+  // reserve() when it must allocate, out of line: most commands that
+  // link nothing (or what the last one left) check a size only.
+  [[gnu::noinline]] bool grow(std::size_t links) {
     try {
       nodes_.reserve(2 * links);
     } catch (const std::bad_alloc&) {
@@ -53,14 +64,7 @@ class LinkNodes {
     }
     return true;
   }
-  /// One node; precondition: reserve() made room for the link it is for.
-  event_node* take() noexcept {
-    event_node* n = nodes_.back();
-    nodes_.pop_back();
-    return n;
-  }
 
- private:
   std::vector<event_node*> nodes_;
 };
 

@@ -669,11 +669,11 @@ struct Counters {
 };
 Counters g_counters;
 
-BufferState* buffer_state(ContextState& cs, cl_mem mem) {
-  auto* s = static_cast<BufferState*>(__atomic_load_n(&mem->memlayer_state, __ATOMIC_ACQUIRE));
-  if (s != nullptr) return s;
+// buffer_state()'s first call for `mem`, out of line: the check of every
+// later one is inline in each command's loop over its buffers.
+[[gnu::noinline]] BufferState* make_buffer_state(ContextState& cs, cl_mem mem) {
   POCL_LOCK_OBJ(mem);
-  s = static_cast<BufferState*>(mem->memlayer_state);
+  auto* s = static_cast<BufferState*>(mem->memlayer_state);
   if (s == nullptr) {
     try {
       s = std::make_unique<BufferState>(cs, mem).release();  // owned by the C struct; pocl_ml_release_mem takes it back
@@ -686,17 +686,38 @@ BufferState* buffer_state(ContextState& cs, cl_mem mem) {
   return s;
 }
 
+// The engine's state of `mem`, made by its first command; nullptr out of
+// host memory.
+inline BufferState* buffer_state(ContextState& cs, cl_mem mem) {
+  auto* s = static_cast<BufferState*>(__atomic_load_n(&mem->memlayer_state, __ATOMIC_ACQUIRE));
+  if (s != nullptr) [[likely]]
+    return s;
+  return make_buffer_state(cs, mem);
+}
+
 // ---- one command ------------------------------------------------------------
 
 // Per-thread scratch: once warm, an enqueue allocates nothing here.
 struct Scratch {
   std::vector<memlayer::engine::BufferUse> uses;
-  std::vector<cl_mem> mems;  // the command's buffers, each once
+  std::vector<cl_mem> mems;  // the command's buffers
   // 3.1: the buffers of the last command with many, as given and each
   // once (pocl_ml_create_command reuses the second for the same first).
   std::vector<cl_mem> many_given, many_once;
   memlayer::engine::Submission submission;
   compat::LinkNodes links;  // for the command's links; what one leaves serves the next
+
+  // Room for `n` uses and buffers (after begin_command()), so that filling
+  // them cannot throw. False out of host memory.
+  bool make_room(std::size_t n) noexcept {
+    try {
+      uses.reserve(n);
+      mems.reserve(n);
+      return true;
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
 };
 thread_local Scratch t_scratch;
 
@@ -736,6 +757,10 @@ Access access_of(ml_access a) {
   }
   return Access::overwrite;
 }
+
+// The buffer whose storage holds `m`'s bytes: an image's storage buffer,
+// else `m` itself.
+cl_mem storage_of(cl_mem m) { return m->buffer != nullptr ? m->buffer : m; }
 #endif
 
 cl_int error_code(const memlayer::engine::EnqueueError& e) {
@@ -781,8 +806,8 @@ ContextState* begin_command(cl_command_queue queue, Scratch& sc, const char** er
 
 void link_waits(cl_event final_event, std::span<const cl_event> wait_list, std::size_t user_links, Scratch& sc);
 
-// Makes the command for sc.uses (sc.mems: the buffers 3.1 lists in its
-// event) and enqueues it through the engine: storage placed, copies made,
+// Makes the command for sc.uses (`mems`: the buffers 3.1 lists in its
+// event, each once) and enqueues it through the engine: storage placed, copies made,
 // and the command made to wait for them, its wait list and what the engine
 // names. The command first (the engine records its event), without the
 // user's wait list: a command that fails below is then freed with nothing
@@ -792,8 +817,8 @@ void link_waits(cl_event final_event, std::span<const cl_event> wait_list, std::
 // whose mapping it unmaps: once committed, one of its mappings is marked
 // (compat::mark_unmap_committed; PoclHost::can_evict reads it).
 cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue queue, cl_command_type type,
-                    cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at, Scratch& sc,
-                    cl_mem unmapped) {
+                    cl_event* event_p, cl_uint num_events, const cl_event* wait_list, Location at,
+                    std::span<cl_mem> mems, Scratch& sc, cl_mem unmapped) {
   // The links to the user's wait list first: without them the enqueue
   // fails with nothing done.
   const std::size_t user_links = running(std::span(wait_list, num_events));
@@ -804,7 +829,7 @@ cl_int make_command(ContextState& cs, _cl_command_node** cmd, cl_command_queue q
   cl_event final_event = nullptr;
   memlayer::engine::RoomWait room(cs.engine.host());
   for (;;) {
-    cl_int err = compat::create_command(cmd, queue, type, event_p, sc.mems);
+    cl_int err = compat::create_command(cmd, queue, type, event_p, mems);
     if (err != CL_SUCCESS) return err;
     final_event = (*cmd)->sync.event.event;
     auto failed = cs.engine.enqueue(sc.uses, at, final_event, sc.submission);
@@ -911,7 +936,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     sc.uses.push_back(u);
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
-                                  destination(command_queue, mig_flags), sc,
+                                  destination(command_queue, mig_flags), {}, sc,
                                   buffer_usage != nullptr ? buffer_usage->buffer : nullptr);
   if (err != CL_SUCCESS) return err;
   // The node holds each entry's buffer until it has run
@@ -934,51 +959,68 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   ContextState* cs = begin_command(command_queue, sc, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
   const bool undefined = (mig_flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0;
-
+  // The buffers, each once, that 3.1 lists in the event. A few (copies,
+  // maps: PoCL reads mem_objs[0] of an unmap) keep their order; many
+  // (kernel arguments) are sorted, as a search per argument would be
+  // quadratic. A command with the same many as this thread's last one with
+  // many (a kernel enqueued again) reuses its list: none is built. (Only a
+  // list with no image: an image's storage buffer is another object, which
+  // the same address given again need not name.) The engine orders the
+  // uses itself, as cheaply.
+  const std::span<cl_mem> given(buffers, num_buffers);
+  bool again = num_buffers > 8 && std::ranges::equal(given, sc.many_given);
+  POCL_RETURN_ERROR_ON(!sc.make_room(num_buffers), CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
+  bool images = false;
   for (size_t i = 0; i < num_buffers; ++i) {
-    cl_mem mem = buffers[i];
+    const cl_mem mem = storage_of(buffers[i]);
     memlayer::engine::BufferUse u;
-    if (uses != nullptr && mem->buffer == nullptr) {
+    if (uses != nullptr && mem == buffers[i]) {
       u.use = {uses[i].offset, uses[i].size == 0 ? mem->size - uses[i].offset : uses[i].size,
                access_of(uses[i].access)};
     } else {
-      if (mem->buffer != nullptr) mem = mem->buffer;  // an image's storage buffer
       u.use = {0, mem->size, readonly_flags[i] ? Access::read : Access::read_write};
     }
+    images |= mem != buffers[i];
     if (undefined) u.use.access = Access::overwrite;
     BufferState* b = buffer_state(*cs, mem);
     POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
     u.buffer = &b->tracked;
-    sc.uses.push_back(u);
-    sc.mems.push_back(mem);
+    sc.uses.push_back(u);  // within make_room()'s room
+    if (!again) sc.mems.push_back(mem);
   }
-  // Each buffer once. A few (copies, maps: PoCL reads mem_objs[0] of an
-  // unmap) keep their order; many (kernel arguments) are sorted, as a
-  // search per argument would be quadratic, unless they are the buffers of
-  // this thread's previous command with many (a kernel enqueued again):
-  // its list is reused. The engine orders the uses itself, as cheaply.
-  if (sc.mems.size() <= 8) {
+  if (again && images) {  // the addresses of the last list, which had no image, name other objects now
+    again = false;
+    for (cl_mem m : given) sc.mems.push_back(storage_of(m));
+  }
+  std::span<cl_mem> mems = sc.many_once;
+  if (again) {
+  } else if (num_buffers <= 8) {
     auto end = sc.mems.begin();
     for (cl_mem m : sc.mems)
       if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
     sc.mems.erase(end, sc.mems.end());
-  } else if (sc.mems == sc.many_given) {
-    sc.mems = sc.many_once;
+    mems = sc.mems;
   } else {
     sc.many_given.clear();  // first: out of memory below, no stale list is reused
-    sc.many_once = sc.mems;
+    try {
+      sc.many_once = sc.mems;
+      if (!images) sc.many_given.assign(given.begin(), given.end());
+    } catch (const std::bad_alloc&) {
+      sc.many_given.clear();
+      POCL_MSG_ERR("memlayer migration: no host memory\n");
+      return CL_OUT_OF_HOST_MEMORY;
+    }
     std::sort(sc.many_once.begin(), sc.many_once.end());
     sc.many_once.erase(std::unique(sc.many_once.begin(), sc.many_once.end()), sc.many_once.end());
-    sc.many_given.swap(sc.mems);
-    sc.mems = sc.many_once;
+    mems = sc.many_once;
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
-                                  destination(command_queue, mig_flags), sc, buffers[0]);
+                                  destination(command_queue, mig_flags), mems, sc, buffers[0]);
   if (err != CL_SUCCESS) return err;
   // Held until the command finishes (pocl_free_event_memobjs); an unmap
   // releases the reference its map took.
   if (command_type != CL_COMMAND_UNMAP_MEM_OBJECT)
-    for (cl_mem mem : sc.mems) POCL_RETAIN_OBJECT(mem);
+    for (cl_mem mem : mems) POCL_RETAIN_OBJECT(mem);
   return CL_SUCCESS;
 }
 #endif
