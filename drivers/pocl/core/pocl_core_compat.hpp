@@ -76,8 +76,11 @@ class LinkNodes {
 /// link when `notifier` has completed, or `waiting` waits for it already.
 /// PoCL 7.1 locks the notifier first and gives its notify list a reference
 /// to the waiting event (its pocl_broadcast drops it); 3.1 locks them in
-/// id order, and the list holds none. (PoCL's event tracing lists only the
-/// dependencies PoCL linked itself.)
+/// id order, and the list holds none. `waiting` keeps the id of the newest
+/// `notifier` (our patches' memlayer_linked_id), whatever the link came
+/// to: pocl_command_enqueue then makes no in-order link to that event,
+/// which would only find this one made (or the same end). (PoCL's event
+/// tracing lists only the dependencies PoCL linked itself.)
 inline void link(cl_event waiting, cl_event notifier, LinkNodes& nodes) {
 #if MEMLAYER_POCL_MAJOR >= 7
   pocl_lock_events_inorder(notifier, waiting);
@@ -100,6 +103,7 @@ inline void link(cl_event waiting, cl_event notifier, LinkNodes& nodes) {
     LL_PREPEND(notifier->notify_list, target);
     LL_PREPEND(waiting->wait_list, item);
   }
+  if (notifier->id > waiting->memlayer_linked_id) waiting->memlayer_linked_id = notifier->id;
 #if MEMLAYER_POCL_MAJOR >= 7
   pocl_unlock_events_inorder(notifier, waiting);
 #else
