@@ -338,6 +338,51 @@ TEST_F(TwoDevices, AKernelWithManyBuffersHoldsAndWritesTheOnesItNames) {
   EXPECT_EQ(mem_references(spare.get(), 1), 1u);
 }
 
+cl_ulong profile(cl_event e, cl_profiling_info what) {
+  cl_ulong t = 0;
+  CL_CHECK(clGetEventProfilingInfo(e, what, sizeof t, &t, nullptr));
+  return t;
+}
+
+// An in-order queue runs its commands in turn, whatever the engine orders
+// them by: the second kernel writes another buffer than the first (the
+// engine names nothing for it to wait for), the third and fourth the
+// first's buffer (the adapter links each to the one before on that buffer:
+// for the fourth that is the queue's last command, which PoCL then does not
+// link again, memlayer_linked_id). Each starts after the one before it ended.
+TEST_F(TwoDevices, AnInOrderQueueRunsItsCommandsInTurn) {
+  constexpr std::size_t kBytes = 4096;
+  const std::vector<std::uint8_t> zeros(kBytes, 0);
+  Mem a = buffer(kBytes, zeros.data()), b = buffer(kBytes, zeros.data());
+  cl_int err = CL_SUCCESS;
+  const cl_queue_properties props[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
+  Queue q(clCreateCommandQueueWithProperties(ctx_.get(), devices_[0], props, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  Event gate(clCreateUserEvent(ctx_.get(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  const std::size_t global = kBytes;
+  std::vector<Event> done;
+  auto tag = [&](cl_mem m, std::uint8_t t, bool gated) {
+    CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof m, &m));
+    CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof t, &t));
+    cl_event g = gate.get(), e = nullptr;
+    CL_CHECK(clEnqueueNDRangeKernel(q.get(), or_tag_.get(), 1, nullptr, &global, nullptr, gated ? 1 : 0,
+                                    gated ? &g : nullptr, &e));
+    done.emplace_back(e);
+  };
+  tag(a.get(), 1, true);
+  tag(b.get(), 2, false);
+  tag(a.get(), 4, false);
+  tag(a.get(), 8, false);
+  CL_CHECK(clSetUserEventStatus(gate.get(), CL_COMPLETE));
+  CL_CHECK(clFinish(q.get()));
+  for (std::size_t k = 1; k < done.size(); ++k)
+    EXPECT_GE(profile(done[k].get(), CL_PROFILING_COMMAND_START), profile(done[k - 1].get(), CL_PROFILING_COMMAND_END))
+        << "command " << k << " started before command " << k - 1 << " ended";
+  auto va = read<std::uint8_t>(1, a.get(), kBytes);
+  EXPECT_EQ(std::count(va.begin(), va.end(), 1 | 4 | 8), static_cast<long>(kBytes));
+}
+
 // A kernel that gets one buffer twice, read-only and writable, writes it:
 // the other device must see the result.
 TEST_F(TwoDevices, BufferPassedTwiceWithOneWritableUseIsAWrite) {
