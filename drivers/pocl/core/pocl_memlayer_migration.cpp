@@ -920,6 +920,9 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
 
   // A sub-buffer is its range of its parent, which the engine tracks.
   pocl_buffer_migration_info* entry = nullptr;
+  std::size_t entries = 0;
+  LL_FOREACH(buffer_usage, entry) ++entries;
+  POCL_RETURN_ERROR_ON(!sc.make_room(entries), CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
   LL_FOREACH(buffer_usage, entry) {
     cl_mem mem = entry->buffer;
     memlayer::engine::BufferUse u;
@@ -933,7 +936,7 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     BufferState* b = buffer_state(*cs, mem);
     POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
     u.buffer = &b->tracked;
-    sc.uses.push_back(u);
+    sc.uses.push_back(u);  // within make_room()'s room
   }
   const cl_int err = make_command(*cs, cmd, command_queue, command_type, event_p, num_events, wait_list,
                                   destination(command_queue, mig_flags), {}, sc,
@@ -992,15 +995,14 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     again = false;
     for (cl_mem m : given) sc.mems.push_back(storage_of(m));
   }
-  std::span<cl_mem> mems = sc.many_once;
-  if (again) {
-  } else if (num_buffers <= 8) {
+  std::span<cl_mem> mems = sc.many_once;  // again: the last list
+  if (!again && num_buffers <= 8) {
     auto end = sc.mems.begin();
     for (cl_mem m : sc.mems)
       if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
     sc.mems.erase(end, sc.mems.end());
     mems = sc.mems;
-  } else {
+  } else if (!again) {
     sc.many_given.clear();  // first: out of memory below, no stale list is reused
     try {
       sc.many_once = sc.mems;
