@@ -759,8 +759,15 @@ Access access_of(ml_access a) {
 }
 
 // The buffer whose storage holds `m`'s bytes: an image's storage buffer,
-// else `m` itself.
-cl_mem storage_of(cl_mem m) { return m->buffer != nullptr ? m->buffer : m; }
+// else `m` itself. Only an image names one (`buffer`), and a kernel's
+// buffer arguments are looked at by type first: the type shares a cache
+// line with the flags, which PoCL has just read for the kernel's argument
+// checks, while `buffer` lies 300 bytes on, a line of its own that
+// nothing else of a buffer's enqueue reads (doc/performance.md).
+cl_mem storage_of(cl_mem m) {
+  if (m->type == CL_MEM_OBJECT_BUFFER) return m;
+  return m->buffer != nullptr ? m->buffer : m;
+}
 #endif
 
 cl_int error_code(const memlayer::engine::EnqueueError& e) {
