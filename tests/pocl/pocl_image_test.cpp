@@ -284,3 +284,79 @@ TEST_F(Images, AnImageOverABufferSharesItsBytesAcrossDevices) {
             CL_SUCCESS);
   EXPECT_EQ(out, bytes) << "the buffer read on device 0 what the image was written on device 1";
 }
+
+// What a kernel writes through a write_only image argument is the image's
+// new content, read on the other device: a 2D image, and a 1D image over
+// a buffer read back through the buffer. PoCL took every image argument
+// for read-only (pocl-*-image-write-access-is-a-write.patch): neither
+// engine migrated the kernel's writes, and the other device read the
+// content from before.
+TEST_F(Images, WhatAKernelWritesThroughAnImageReachesTheOtherDevice) {
+  const Program program = build_program(set_.ctx.get(), set_.devices, R"CLC(
+kernel void paint2d(write_only image2d_t img, uint v) {
+  const int x = get_global_id(0), y = get_global_id(1);
+  write_imageui(img, (int2)(x, y), (uint4)(x & 255, y & 255, v, 9));
+}
+kernel void paint1d(write_only image1d_buffer_t img, uint v) {
+  const int x = get_global_id(0);
+  write_imageui(img, x, (uint4)(x & 255, 3, v, 9));
+}
+)CLC");
+  cl_int err = CL_SUCCESS;
+  const cl_uint v = 200;
+  auto run = [&](const char* name, cl_mem img, std::size_t width, std::size_t height) {
+    Kernel k(clCreateKernel(program.get(), name, &err));
+    ASSERT_EQ(err, CL_SUCCESS) << name;
+    ASSERT_EQ(clSetKernelArg(k.get(), 0, sizeof img, &img), CL_SUCCESS);
+    ASSERT_EQ(clSetKernelArg(k.get(), 1, sizeof v, &v), CL_SUCCESS);
+    const std::size_t global[2] = {width, height};
+    ASSERT_EQ(clEnqueueNDRangeKernel(queue(1), k.get(), height > 1 ? 2 : 1, nullptr, global, nullptr, 0, nullptr,
+                                     nullptr),
+              CL_SUCCESS)
+        << name;
+    ASSERT_EQ(clFinish(queue(1)), CL_SUCCESS);
+  };
+
+  // A 2D image given on device 0, painted whole on device 1, read on device 0.
+  const ImageCase& c = kCases[2];
+  ASSERT_EQ(c.type, static_cast<cl_mem_object_type>(CL_MEM_OBJECT_IMAGE2D));
+  Model model(c);
+  for (cl_uchar& b : model.bytes()) b = static_cast<cl_uchar>(rng_());
+  Mem image = make_image(set_.ctx.get(), c, CL_MEM_COPY_HOST_PTR, model.bytes().data(), &err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  expect_content(queue(0), image.get(), c, model, "2D, before the kernel");
+  run("paint2d", image.get(), c.size[0], c.size[1]);
+  for (std::size_t y = 0; y < c.size[1]; ++y)
+    for (std::size_t x = 0; x < c.size[0]; ++x) {
+      cl_uchar* p = &model.bytes()[model.index(x, y, 0)];
+      p[0] = static_cast<cl_uchar>(x & 255), p[1] = static_cast<cl_uchar>(y & 255), p[2] = v, p[3] = 9;
+    }
+  expect_content(queue(0), image.get(), c, model, "2D, painted on device 1, read on device 0");
+
+  // A 1D image over a buffer: the buffer read on device 0.
+  constexpr std::size_t kWidth = 256;
+  std::vector<cl_uchar> bytes(kWidth * kPixel);
+  for (cl_uchar& b : bytes) b = static_cast<cl_uchar>(rng_());
+  Mem buffer(clCreateBuffer(set_.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes.size(), bytes.data(), &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  cl_image_desc desc{};
+  desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+  desc.image_width = kWidth;
+  desc.buffer = buffer.get();
+  Mem over(clCreateImage(set_.ctx.get(), CL_MEM_READ_WRITE, &kRgba8, &desc, nullptr, &err));
+  ASSERT_EQ(err, CL_SUCCESS);
+  std::vector<cl_uchar> out(bytes.size(), 0);
+  ASSERT_EQ(clEnqueueReadBuffer(queue(0), buffer.get(), CL_TRUE, 0, out.size(), out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  ASSERT_EQ(out, bytes) << "1D over a buffer, before the kernel";
+  run("paint1d", over.get(), kWidth, 1);
+  for (std::size_t x = 0; x < kWidth; ++x) {
+    cl_uchar* p = &bytes[x * kPixel];
+    p[0] = static_cast<cl_uchar>(x & 255), p[1] = 3, p[2] = v, p[3] = 9;
+  }
+  ASSERT_EQ(clEnqueueReadBuffer(queue(0), buffer.get(), CL_TRUE, 0, out.size(), out.data(), 0, nullptr, nullptr),
+            CL_SUCCESS);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != bytes[i];
+  EXPECT_EQ(wrong, 0u) << "1D over a buffer, painted on device 1, the buffer read on device 0: bytes that differ";
+}
