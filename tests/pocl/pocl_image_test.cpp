@@ -91,6 +91,16 @@ Mem make_image(cl_context ctx, const ImageCase& c, cl_mem_flags flags, void* hos
   return Mem(clCreateImage(ctx, CL_MEM_READ_WRITE | flags, &kRgba8, &desc, host, err));
 }
 
+// A 1D image of `width` RGBA8 pixels whose bytes are `buffer`'s
+// (CL_MEM_OBJECT_IMAGE1D_BUFFER).
+Mem make_image_over(cl_context ctx, cl_mem buffer, std::size_t width, cl_int* err) {
+  cl_image_desc desc{};
+  desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+  desc.image_width = width;
+  desc.buffer = buffer;
+  return Mem(clCreateImage(ctx, CL_MEM_READ_WRITE, &kRgba8, &desc, nullptr, err));
+}
+
 class Images : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -254,11 +264,7 @@ TEST_F(Images, AnImageOverABufferSharesItsBytesAcrossDevices) {
   cl_int err = CL_SUCCESS;
   Mem buffer(clCreateBuffer(set_.ctx.get(), CL_MEM_READ_WRITE, bytes.size(), nullptr, &err));
   ASSERT_EQ(err, CL_SUCCESS);
-  cl_image_desc desc{};
-  desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
-  desc.image_width = kWidth;
-  desc.buffer = buffer.get();
-  Mem image(clCreateImage(set_.ctx.get(), CL_MEM_READ_WRITE, &kRgba8, &desc, nullptr, &err));
+  Mem image = make_image_over(set_.ctx.get(), buffer.get(), kWidth, &err);
   ASSERT_EQ(err, CL_SUCCESS);
 
   ASSERT_EQ(clEnqueueWriteBuffer(queue(0), buffer.get(), CL_TRUE, 0, bytes.size(), bytes.data(), 0, nullptr, nullptr),
@@ -339,11 +345,7 @@ kernel void paint1d(write_only image1d_buffer_t img, uint v) {
   for (cl_uchar& b : bytes) b = static_cast<cl_uchar>(rng_());
   Mem buffer(clCreateBuffer(set_.ctx.get(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes.size(), bytes.data(), &err));
   ASSERT_EQ(err, CL_SUCCESS);
-  cl_image_desc desc{};
-  desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
-  desc.image_width = kWidth;
-  desc.buffer = buffer.get();
-  Mem over(clCreateImage(set_.ctx.get(), CL_MEM_READ_WRITE, &kRgba8, &desc, nullptr, &err));
+  Mem over = make_image_over(set_.ctx.get(), buffer.get(), kWidth, &err);
   ASSERT_EQ(err, CL_SUCCESS);
   std::vector<cl_uchar> out(bytes.size(), 0);
   ASSERT_EQ(clEnqueueReadBuffer(queue(0), buffer.get(), CL_TRUE, 0, out.size(), out.data(), 0, nullptr, nullptr),
