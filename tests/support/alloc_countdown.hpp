@@ -65,12 +65,21 @@ class AllocationsSucceed {
 
 }  // namespace memlayer::testing
 
-void* operator new(std::size_t n) {
-  long& left = memlayer::testing::t_allocations_left;
+namespace memlayer::testing {
+
+// Counts one allocation; throws std::bad_alloc for the armed one.
+inline void count_allocation() {
+  long& left = t_allocations_left;
   if (left >= 0 && left-- == 0) {
-    if (memlayer::testing::t_keep_failing) left = 0;  // the next one fails too
+    if (t_keep_failing) left = 0;  // the next one fails too
     throw std::bad_alloc();
   }
+}
+
+}  // namespace memlayer::testing
+
+void* operator new(std::size_t n) {
+  memlayer::testing::count_allocation();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -89,3 +98,27 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The aligned forms, counted as the others: the planner's undo records and
+// span-tree nodes start on cache lines (migration/detail/line_aligned.hpp).
+void* operator new(std::size_t n, std::align_val_t a) {
+  memlayer::testing::count_allocation();
+  const auto align = static_cast<std::size_t>(a);
+  const std::size_t size = n == 0 ? align : (n + align - 1) / align * align;  // aligned_alloc's rule
+  if (void* p = std::aligned_alloc(align, size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(n, a);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return operator new(n, a, std::nothrow);
+}
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
