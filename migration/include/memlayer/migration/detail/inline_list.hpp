@@ -37,13 +37,12 @@ class InlineList {
   }
   InlineList& operator=(InlineList&& o) noexcept {
     if (this != &o) {
-      heap_.reset();
-      data_ = inline_;
+      free_heap();
       take(o);
     }
     return *this;
   }
-  ~InlineList() = default;
+  ~InlineList() { free_heap(); }
 
   [[nodiscard]] T* begin() noexcept { return data_; }
   [[nodiscard]] T* end() noexcept { return data_ + size_; }
@@ -111,30 +110,37 @@ class InlineList {
   }
   void grow() {
     const std::uint32_t cap = capacity_ * 2;
-    auto bigger = std::make_unique_for_overwrite<T[]>(cap);
-    std::memcpy(bigger.get(), begin(), size_ * sizeof(T));
-    heap_ = std::move(bigger);
-    data_ = heap_.get();
+    T* bigger = std::allocator<T>().allocate(cap);
+    std::memcpy(bigger, begin(), size_ * sizeof(T));
+    free_heap();
+    data_ = bigger;
     capacity_ = cap;
+  }
+  // Back to the inline array (empty), the heap array given back if any.
+  void free_heap() noexcept {
+    if (data_ != inline_) std::allocator<T>().deallocate(data_, capacity_);
+    data_ = inline_;
+    capacity_ = N;
   }
   // Leaves `o` empty and inline. The inline array is copied whole (a fixed
   // size: a few moves, no memcpy call), used or not.
+  // Precondition: this list holds no heap array.
   void take(InlineList& o) noexcept {
     size_ = o.size_;
     capacity_ = o.capacity_;
-    heap_ = std::move(o.heap_);
     std::memcpy(inline_, o.inline_, sizeof inline_);
-    data_ = heap_ ? heap_.get() : inline_;
+    data_ = o.data_ == o.inline_ ? inline_ : o.data_;
     o.size_ = 0;
     o.capacity_ = N;
     o.data_ = o.inline_;
   }
 
-  std::unique_ptr<T[]> heap_;  // null while the elements fit inline_
+  // Where the elements are and how many first: a look at a short list
+  // (data_, size_, the first elements) reads one cache line.
+  T* data_ = inline_;  // inline_, or the heap array this list owns (capacity_ elements)
   std::uint32_t size_ = 0;
   std::uint32_t capacity_ = N;
   T inline_[N]{};
-  T* data_ = inline_;  // heap_ or inline_: where the elements are, one load away
 };
 
 }  // namespace memlayer::migration::detail
