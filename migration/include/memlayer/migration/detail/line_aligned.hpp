@@ -28,8 +28,10 @@ struct LineAligned {
   [[nodiscard]] T* allocate(std::size_t n) {
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T) > kCacheLine ? alignof(T) : kCacheLine}));
   }
-  void deallocate(T* p, std::size_t n) noexcept {
-    ::operator delete(p, n * sizeof(T), std::align_val_t{alignof(T) > kCacheLine ? alignof(T) : kCacheLine});
+  // The unsized form: Clang declares the sized one only with
+  // -fsized-deallocation.
+  void deallocate(T* p, std::size_t) noexcept {
+    ::operator delete(p, std::align_val_t{alignof(T) > kCacheLine ? alignof(T) : kCacheLine});
   }
   template <class U>
   friend bool operator==(const LineAligned&, const LineAligned<U>&) noexcept {
