@@ -116,7 +116,8 @@ class InlineList {
     data_ = bigger;
     capacity_ = cap;
   }
-  // Back to the inline array (empty), the heap array given back if any.
+  // Gives the heap array back, if any, and points at the inline array
+  // again; the caller sets size_ (grow() and take() do).
   void free_heap() noexcept {
     if (data_ != inline_) std::allocator<T>().deallocate(data_, capacity_);
     data_ = inline_;
