@@ -277,8 +277,8 @@ class RangeVersions {
     detail::InlineList<Holder, 2> holders;  // sorted by location; never empty unless `anywhere`
     friend bool operator==(const Span&, const Span&) = default;
   };
-  // Key: offset; a span ends where the next begins. Each node on a cache
-  // line of its own (detail/line_aligned.hpp).
+  // Key: offset; a span ends where the next begins. Each node starts a
+  // cache line (detail/line_aligned.hpp).
   using SpanMap = std::map<std::uint64_t, Span, std::less<std::uint64_t>, detail::LineAligned<std::pair<const std::uint64_t, Span>>>;
   // What one span was before an unfinished writer wrote it, kept until the
   // writer completes (dropped) or fails (put back): see settle(). Plain

@@ -21,17 +21,18 @@ inline constexpr std::size_t kCacheLine = 64;
 template <class T>
 struct LineAligned {
   using value_type = T;
+  static constexpr std::align_val_t kAlign{alignof(T) > kCacheLine ? alignof(T) : kCacheLine};
   LineAligned() noexcept = default;
   template <class U>
   LineAligned(const LineAligned<U>&) noexcept {}  // NOLINT: rebinding, as std::allocator
   /// Throws std::bad_alloc. O(1).
   [[nodiscard]] T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T) > kCacheLine ? alignof(T) : kCacheLine}));
+    return static_cast<T*>(::operator new(n * sizeof(T), kAlign));
   }
   // The unsized form: Clang declares the sized one only with
   // -fsized-deallocation.
   void deallocate(T* p, std::size_t) noexcept {
-    ::operator delete(p, std::align_val_t{alignof(T) > kCacheLine ? alignof(T) : kCacheLine});
+    ::operator delete(p, kAlign);
   }
   template <class U>
   friend bool operator==(const LineAligned&, const LineAligned<U>&) noexcept {
