@@ -58,11 +58,28 @@ class LinkNodes {
       return false;
     }
     while (nodes_.size() < 2 * links) {
-      event_node* n = pocl_mem_manager_new_event_node();
+      event_node* n = new_node();
       if (n == nullptr) return false;
       nodes_.push_back(n);  // within the capacity reserved above
     }
     return true;
+  }
+
+  // One node PoCL frees as one of its own (pocl_mem_manager_free_event_node).
+  // Built without PoCL's memory manager (Debian's 3.1, our 7.1), PoCL
+  // callocs each node and frees it with free(): glibc's calloc passes by
+  // the thread caches that malloc takes from first, about 200 instructions
+  // a node against 120 (two nodes per command that waits for anything:
+  // doc/performance.md, where the gap at one argument is), so the node
+  // comes from malloc, zeroed by hand. With the memory manager, its pool.
+  static event_node* new_node() noexcept {
+#ifdef USE_POCL_MEMMANAGER
+    return pocl_mem_manager_new_event_node();
+#else
+    auto* n = static_cast<event_node*>(std::malloc(sizeof(event_node)));
+    if (n != nullptr) *n = event_node{};
+    return n;
+#endif
   }
 
   std::vector<event_node*> nodes_;
