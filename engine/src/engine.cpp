@@ -1,6 +1,7 @@
 #include "memlayer/engine/engine.hpp"
 
 #include "command_table.hpp"
+#include "fast_path.hpp"
 #include "transaction.hpp"
 
 #include <algorithm>
@@ -34,6 +35,9 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
   out.clear();
   out.host_ = &host_;
   out.table_ = table_.get();
+  std::optional<EnqueueError> failed;
+  if (fast_path_on_.load(std::memory_order_relaxed) && FastPath::enqueue(*this, uses, at, command, out, failed))
+    return failed;
   return Transaction(*this, uses, at, command, out).run();
 }
 
@@ -101,15 +105,12 @@ EngineStats Engine::stats() const noexcept {
 Submission::Submission() : scratch_(std::make_unique<EnqueueScratch>()) {}
 Submission::~Submission() { clear(); }
 
-void Submission::clear() noexcept {
+void Submission::let_go() noexcept {
   if (waits_counted_)
     for (Event e : waits_) host_->release(e, 1);
   for (Event name : leases_) table_->end_lease(name);
-  waits_.clear();
   leases_.clear();
   waits_counted_ = false;
-  storage_.clear();
-  command_ = CommandName::none;
 }
 
 }  // namespace memlayer::engine

@@ -1,46 +1,110 @@
-// The engine's fast path (engine.hpp: Engine::enqueue): a command whose
-// buffers are all in the steady state is checked whole, then recorded,
-// without the general pipeline's plans, copies and placement
-// (transaction.cpp). doc/engine.md ("The fast path") has its conditions and
-// cost.
-#include "transaction.hpp"
+#include "fast_path.hpp"
 
+#include <functional>
+#include <new>
+
+#include "command_table.hpp"
 #include "memlayer/migration/detail/reserve.hpp"
+#include "transaction.hpp"
+#include "wait_list.hpp"
 
 namespace memlayer::engine {
 
-// Two passes over the command's buffers, locked: the first only checks and
-// makes room (it changes no content, so a miss in a later buffer leaves
-// the general pipeline to start from the same state), the second records
-// and allocates nothing. True when the command was recorded.
-bool Transaction::fast_path() {
-  if (!engine_.fast_path_on_.load(std::memory_order_relaxed)) return false;
+// With every buffer locked, two passes: the first only checks and makes
+// room (it changes no content, so a miss in a later buffer leaves the
+// general pipeline to start from the same state), the second records and
+// allocates nothing. The command's name is made between them, once the
+// command is sure to be recorded: a miss makes and discards nothing.
+bool FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out,
+                       std::optional<EnqueueError>& failed) noexcept {
+  // The statuses looked up are remembered for the command's other buffers,
+  // which mostly share their last writer; a lone buffer has none to share
+  // them with, and a look is a load of the command table's slot.
+  RefBatch* const memo = uses.size() > 1 ? &out.scratch_->refs : nullptr;
+  if (memo != nullptr) memo->begin(engine.host_);
+  const std::size_t locked = lock(uses, memo);
+  Event name = nullptr;
+  WaitList waits(*engine.table_, out);
+  if (locked == uses.size()) {
+    try {
+      if (const auto n = check(uses, at)) {
+        out.storage_.resize(uses.size());
+        waits.reserve(*n);
+        name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
+        if (name == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
+      }
+    } catch (...) {
+      failed = Transaction::error_of_exception();
+      out.clear();
+    }
+  }
+  if (name != nullptr) {
+    const std::uint64_t stamp = engine.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+    commit(uses, at, name, stamp, waits, out);
+    waits.dedupe();
+    out.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(name));
+  }
+  if (memo != nullptr) memo->flush();
+  unlock(uses.first(locked));
+  return name != nullptr || failed.has_value();
+}
+
+// Every other locker takes buffers in address order (Transaction::lock_all;
+// eviction only try-locks), so waiting is safe only for a buffer above
+// every one held. Any other is only tried: held by another thread, or by
+// this one (a buffer passed twice), it ends the fast path's try.
+std::size_t FastPath::lock(std::span<const BufferUse> uses, RefBatch* memo) noexcept {
+  const Buffer* highest = nullptr;
+  std::size_t n = 0;
+  for (const BufferUse& u : uses) {
+    Buffer& b = *u.buffer;
+    if (std::less<const Buffer*>{}(highest, &b)) {
+      b.mutex_.lock();
+      highest = &b;
+    } else if (!b.mutex_.try_lock()) {
+      break;
+    }
+    b.ops_.batch = memo;
+    ++n;
+  }
+  return n;
+}
+
+void FastPath::unlock(std::span<const BufferUse> uses) noexcept {
+  for (const BufferUse& u : uses) {
+    u.buffer->ops_.batch = nullptr;
+    u.buffer->mutex_.unlock();
+  }
+}
+
+std::optional<std::size_t> FastPath::check(std::span<const BufferUse> uses, Location at) {
   std::size_t waits = 0;
-  for (const EnqueueScratch::Group& g : s_.groups) {
-    Buffer& b = *g.buffer;
-    if (g.count != 1) return false;
-    Storage* st = b.storage_if_listed(at_);
+  for (const BufferUse& u : uses) {
+    Buffer& b = *u.buffer;
+    Storage* st = b.storage_if_listed(at);
     // Fences wait until the general pipeline drops the ones that ended.
-    if (st == nullptr || !st->allocated || !st->fences.empty()) return false;
-    const migration::Use& use = use_of(g);
-    const auto n = b.versions_.fast_prepare(use, at_);
-    if (!n) return false;
-    if (!migration::writes(use.access)) migration::detail::reserve_more(st->users, 1);
+    if (st == nullptr || !st->allocated || !st->fences.empty()) return std::nullopt;
+    const auto n = b.versions_.fast_prepare(u.use, at);
+    if (!n) return std::nullopt;
+    if (!migration::writes(u.use.access)) migration::detail::reserve_more(st->users, 1);
     waits += *n;
   }
-  reserve_waits(waits);
-  for (const EnqueueScratch::Group& g : s_.groups) {
-    Buffer& b = *g.buffer;
-    Storage& st = b.storage_[at_];
-    const migration::Use& use = use_of(g);
-    b.versions_.fast_commit(use, at_, command_, [this](Event e) { add_wait(e); });
+  return waits;
+}
+
+void FastPath::commit(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
+                      WaitList& waits, Submission& out) noexcept {
+  for (std::size_t i = 0; i < uses.size(); ++i) {
+    Buffer& b = *uses[i].buffer;
+    const migration::Use& use = uses[i].use;
+    Storage& st = b.storage_[at];
+    b.versions_.fast_commit(use, at, name, [&](Event e) { waits.add(e, name); });
     // A writer needs no entry: its undo record names it, with where it runs,
     // until it has finished (Buffer::users_at()).
-    if (!migration::writes(use.access)) b.add_user(st, command_);
-    st.last_use = stamp_;
-    out_.storage_[g.use] = st.handle;
+    if (!migration::writes(use.access)) b.add_user(st, name);
+    st.last_use = stamp;
+    out.storage_[i] = st.handle;
   }
-  return true;
 }
 
 }  // namespace memlayer::engine

@@ -21,7 +21,7 @@ EnqueueError error(EnqueueError::Code code, std::string message) { return Enqueu
 Transaction::Transaction(Engine& engine, std::span<const BufferUse> uses, Location at, Event command,
                          Submission& out)
     : engine_(engine), host_(engine.host()), table_(*engine.table_), uses_(uses), at_(at), host_command_(command),
-      out_(out), s_(*out.scratch_) {}
+      out_(out), s_(*out.scratch_), waits_(table_, out) {}
 
 Transaction::~Transaction() {
   // Only when an exception left run() half-way (a broken invariant: nothing
@@ -55,26 +55,20 @@ std::optional<EnqueueError> Transaction::run() {
     if (command_ == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (fast_path()) {  // committed: nothing more can fail
-      dedupe_waits();
-      unlock_all();
-      out_.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(command_));
-      return std::nullopt;
-    }
-    count_slow();
-    copy_uses();
+    // After its stamp: stats() never counts more of these than stamps.
+    engine_.slow_path_.fetch_add(1, std::memory_order_release);
     failed = place_all();
     if (!failed) failed = plan_all();
     if (!failed) failed = create_copies();
     // The rest of commit_all()'s room (plan_all() made the storages'):
     // a wait per copy and per fence of the command's storage.
-    if (!failed) reserve_waits(s_.copy_events.size() + fence_waits_);
+    if (!failed) waits_.reserve(s_.copy_events.size() + fence_waits_);
   } catch (...) {
     failed = error_of_exception();
   }
   if (failed) return fail(std::move(*failed));
   commit_all();  // allocates nothing: the plans, plan_all() and the reserve above made the room
-  dedupe_waits();
+  waits_.dedupe();
   release_all(s_.room_after);  // write-backs made on the way, not waited for: room came otherwise
   unlock_all();
   start_copies();
@@ -82,19 +76,10 @@ std::optional<EnqueueError> Transaction::run() {
   return std::nullopt;
 }
 
-// Once per stamped enqueue the fast path did not take, after its stamp:
-// stats() never counts more of these than stamps.
-void Transaction::count_slow() noexcept {
-  if (counted_slow_) return;
-  engine_.slow_path_.fetch_add(1, std::memory_order_release);
-  counted_slow_ = true;
-}
-
 std::optional<EnqueueError> Transaction::run_place() {
   std::optional<EnqueueError> failed;
   try {
     group_uses();
-    copy_uses();
     lock_all();
     failed = place(*s_.groups[0].buffer, at_, false);
     if (!failed) {
@@ -112,7 +97,6 @@ std::optional<EnqueueError> Transaction::run_place() {
 }
 
 std::optional<EnqueueError> Transaction::fail(EnqueueError e) {
-  if (stamp_ != 0) count_slow();  // one the fast path did not take (it threw)
   rollback();
   unlock_all();
   start_copies();  // only the write-backs of evictions made on the way
@@ -148,7 +132,7 @@ void Transaction::group_uses() {
       !uses_.empty() && s_.order_of.size() == uses_.size() &&
       std::equal(uses_.begin(), uses_.end(), s_.order_of.begin(), [](const BufferUse& u, const Buffer* b) { return u.buffer == b; });
   if (same_buffers && s_.grouped) {  // the groups stand; only the ranges and accesses may differ
-    uses_stale_ = true;  // copied only if the fast path misses (copy_uses)
+    for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
     return;
   }
   s_.grouped = false;  // first: out of memory below, no half-built groups are reused
@@ -176,12 +160,6 @@ void Transaction::group_uses() {
     ++s_.groups.back().count;
   }
   s_.grouped = true;
-}
-
-void Transaction::copy_uses() {
-  if (!uses_stale_) return;
-  for (std::size_t k = 0; k < s_.order.size(); ++k) s_.uses[k] = uses_[s_.order[k].second].use;
-  uses_stale_ = false;
 }
 
 // Address order: two commands on the same buffers never wait for each other.
@@ -749,7 +727,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
     const std::uint64_t lost = g.buffer->versions_.bytes_lost();
     g.buffer->versions_.plan(std::span(s_.uses).subspan(g.first, g.count), at_, cost, s_.planning);
     count_lost(g.buffer->versions_.bytes_lost() - lost);
-    reserve_waits(s_.planning.wait.size());
+    waits_.reserve(s_.planning.wait.size());
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
     keep_forgotten_writers(*g.buffer);
     // commit_all()'s room in the storages: a user per copy and the command.
@@ -947,45 +925,6 @@ void Transaction::add_dep(Event name, std::size_t from) {
     return;
   }
   s_.deps.push_back(e);
-}
-
-// A short list is searched; a long one (a writer after many queued
-// readers) takes the event as it comes and is sorted once, by
-// dedupe_waits(), so that a writer's cost grows with its waits, not with
-// their square.
-// The caller made room (reserve_waits()): a wait is recorded with nothing
-// that can fail between its lease and its place in out_.
-void Transaction::add_new_wait(Event name) {
-  constexpr std::size_t kSearched = 32;
-  last_wait_ = name;
-  const Event e = table_.lease_host(name);
-  if (e == nullptr) return;  // completed: nothing to wait for
-  if (out_.waits_.size() < kSearched) {
-    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) {
-      table_.end_lease(name);
-      return;
-    }
-  } else {
-    waits_unsearched_ = true;
-  }
-  out_.waits_.push_back(e);
-  out_.leases_.push_back(name);
-}
-
-void Transaction::reserve_waits(std::size_t n) {
-  migration::detail::reserve_more(out_.waits_, n);
-  migration::detail::reserve_more(out_.leases_, n);
-}
-
-void Transaction::dedupe_waits() noexcept {
-  if (!waits_unsearched_) return;
-  std::vector<Event>& w = out_.waits_;
-  std::sort(w.begin(), w.end());
-  auto kept = w.begin();
-  for (auto it = w.begin(); it != w.end(); ++it)  // each lease ends once (Submission::clear)
-    if (kept == w.begin() || *(kept - 1) != *it) *kept++ = *it;
-  w.erase(kept, w.end());
-  waits_unsearched_ = false;
 }
 
 void Transaction::count_lost(std::uint64_t bytes) {

@@ -11,6 +11,7 @@
 #include "command_table.hpp"
 #include "memlayer/engine/engine.hpp"
 #include "ref_batch.hpp"
+#include "wait_list.hpp"
 
 namespace memlayer::engine {
 
@@ -84,18 +85,18 @@ class Transaction {
   std::optional<EnqueueError> run();
   /// Only places storage (Engine::place).
   std::optional<EnqueueError> run_place();
+  /// What an exception that stopped an enqueue's decision says, as the
+  /// enqueue's error. Called in a catch block.
+  static EnqueueError error_of_exception();
 
  private:
   using Storage = Buffer::Storage;
 
-  static EnqueueError error_of_exception();  // called in a catch block
   void group_uses();
   void lock_all();
   void unlock_all();
   [[nodiscard]] bool uses_buffer(const Buffer* b) const;
 
-  bool fast_path();  // fast_path.cpp
-  void count_slow() noexcept;
   std::optional<EnqueueError> place_all();
   std::optional<EnqueueError> place_largest_first();  // s_.to_place
   std::optional<EnqueueError> compact(EnqueueError full);
@@ -143,19 +144,7 @@ class Transaction {
   void start_copies() noexcept;
 
   void add_dep(Event name, std::size_t from);  // to scratch.deps as a host event, retained, once
-  // To out.waits as a host event, leased (CommandTable::lease_host), once
-  // (none: it completed). Most often the wait just added (a command's
-  // buffers share their last writer): that look is inline.
-  void add_wait(Event name) {
-    if (name == nullptr || name == command_ || name == last_wait_) return;
-    add_new_wait(name);
-  }
-  void copy_uses();
-  // The use of group `g` (of one use), wherever it is now (uses_stale_).
-  const migration::Use& use_of(const EnqueueScratch::Group& g) const { return uses_[g.use].use; }
-  void add_new_wait(Event name);
-  void reserve_waits(std::size_t n);  // room in out_ for n waits more
-  void dedupe_waits() noexcept;  // what add_new_wait() did not search
+  void add_wait(Event name) { waits_.add(name, command_); }
   void release_all(std::vector<Event>& events) noexcept;  // host events; and clears them
   // One host reference fewer: batched while buffers are locked.
   void drop(Event e) noexcept;
@@ -174,18 +163,13 @@ class Transaction {
   Location at_;
   Event host_command_;      // the host's event for the command
   Event command_ = nullptr;  // its name, once run() made it
-  Event last_wait_ = nullptr;  // the name add_new_wait() saw last
   Submission& out_;
   EnqueueScratch& s_;
+  WaitList waits_;
   std::uint64_t stamp_ = 0;
   std::size_t command_copies_ = 0;  // s_.pending from here on: this command's copies
   std::size_t fence_waits_ = 0;     // fences of the command's storages: commit_all() waits for them
   bool locked_ = false;
-  bool counted_slow_ = false;  // count_slow() did
-  bool waits_unsearched_ = false;  // out_.waits_ may hold an event twice: dedupe_waits() sorts it out
-  // s_.uses holds an earlier command's ranges (group_uses() kept the groups
-  // of the same buffers): the fast path reads uses_, the rest copy_uses().
-  bool uses_stale_ = false;
   // Eviction passed over a buffer it may take at the next try: one another
   // thread held locked (eviction only try-locks: an enqueue, or a buffer
   // being destroyed, which gives its storage back before it unlocks:

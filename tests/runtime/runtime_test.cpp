@@ -965,6 +965,55 @@ TEST(Runtime, ManyThreadsEnqueueAtOnce) {
   EXPECT_EQ(total, kThreads * kRounds) << "every increment happened exactly once, in some order";
 }
 
+// Two threads enqueue kernels on the same eight buffers, given in opposite
+// orders. The engine's fast path locks a command's buffers in the order
+// given and may wait only for one above all it holds (engine/src/
+// fast_path.cpp): waiting for another would deadlock with the thread that
+// holds it and waits in turn. A watchdog turns a hang into a failure;
+// every increment must land.
+TEST(Runtime, KernelsGivenTheSameBuffersInOppositeOrdersNeverDeadlock) {
+  Rig rig = make_rig(1);
+  constexpr int kBuffers = 8, kRounds = 20000;
+  std::vector<Buffer> bufs;
+  const std::uint8_t zero = 0;
+  for (int i = 0; i < kBuffers; ++i) {
+    bufs.push_back(buffer(*rig.ctx, 256));
+    ASSERT_TRUE(rig.queues[0]->enqueue_fill(bufs.back(), &zero, 1, 0, 256).ok());
+  }
+  ASSERT_TRUE(rig.queues[0]->finish().ok());
+  std::vector<KernelArg> forward, backward;
+  for (int i = 0; i < kBuffers; ++i) {
+    forward.push_back({bufs[static_cast<std::size_t>(i)], i == 0 ? Access::read_write : Access::read});
+    backward.push_back({bufs[static_cast<std::size_t>(kBuffers - 1 - i)], i == 0 ? Access::read_write : Access::read});
+  }
+  const auto before = rig.ctx->stats();
+  auto work = std::async(std::launch::async, [&] {
+    std::atomic<int> failures{0}, ready{0};
+    auto run = [&](const std::vector<KernelArg>& args) {
+      auto q = rig.ctx->create_queue(0, true).value();
+      ++ready;
+      while (ready.load() < 2) std::this_thread::yield();  // both at once, or they may never meet
+      for (int r = 0; r < kRounds; ++r)
+        if (!q->enqueue_kernel(add(1, 256), args).ok()) ++failures;
+      if (!q->finish().ok()) ++failures;
+    };
+    std::thread t1([&] { run(forward); });
+    std::thread t2([&] { run(backward); });
+    t1.join();
+    t2.join();
+    return failures.load();
+  });
+  if (work.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "KernelsGivenTheSameBuffersInOppositeOrdersNeverDeadlock: no progress in 60 s: deadlock\n");
+    std::_Exit(1);  // the stuck threads cannot be joined
+  }
+  EXPECT_EQ(work.get(), 0);
+  EXPECT_EQ(read_all(*rig.queues[0], bufs.front())[7], kRounds % 256);
+  EXPECT_EQ(read_all(*rig.queues[0], bufs.back())[7], kRounds % 256);
+  const auto after = rig.ctx->stats();
+  EXPECT_GT(after.fast_path - before.fast_path, 0u) << "the fast path was never taken: the test shows nothing";
+}
+
 TEST(Runtime, EnqueueArgumentErrors) {
   Rig rig = make_rig(1);
   Buffer b = buffer(*rig.ctx, 64);

@@ -616,9 +616,10 @@ std::list<ContextState*>& g_live_contexts = g_live_contexts_storage.value;
 constexpr double kPeerLatency = 5e-6;
 constexpr double kPeerBandwidth = 24e9;
 
-ContextState* context_state(cl_context ctx, const char** error) {
-  auto* s = static_cast<ContextState*>(__atomic_load_n(&ctx->memlayer_state, __ATOMIC_ACQUIRE));
-  if (s != nullptr) return s;
+// context_state()'s first call for `ctx`, out of line: the engine's state
+// of `ctx`, made by its first command; nullptr when it cannot have one
+// (`error` says why).
+[[gnu::noinline]] ContextState* make_context_state(cl_context ctx, const char** error) {
   std::lock_guard<std::mutex> lock(g_context_mutex);
   if (ctx->memlayer_state != nullptr) return static_cast<ContextState*>(ctx->memlayer_state);
   auto state = std::make_unique<ContextState>(ctx);
@@ -649,10 +650,18 @@ ContextState* context_state(cl_context ctx, const char** error) {
       state->cost.set_direct(location_of(src), location_of(dst), {kPeerLatency / priority, kPeerBandwidth * priority});
     }
   }
-  s = state.release();  // owned by the C struct; pocl_ml_release_context takes it back
+  ContextState* const s = state.release();  // owned by the C struct; pocl_ml_release_context takes it back
   g_live_contexts.push_back(s);
   __atomic_store_n(&ctx->memlayer_state, s, __ATOMIC_RELEASE);
   return s;
+}
+
+// Every command's look: inline, so that a context made already costs a load.
+inline ContextState* context_state(cl_context ctx, const char** error) {
+  auto* s = static_cast<ContextState*>(__atomic_load_n(&ctx->memlayer_state, __ATOMIC_ACQUIRE));
+  if (s != nullptr) [[likely]]
+    return s;
+  return make_context_state(ctx, error);
 }
 
 // ---- statistics -------------------------------------------------------------

@@ -62,7 +62,9 @@ namespace memlayer::engine {
 
 class CommandTable;
 class Engine;
+class FastPath;
 class RefBatch;
+class WaitList;
 struct EnqueueScratch;
 
 /// One buffer as the engine tracks it: its content versions by byte range
@@ -100,6 +102,7 @@ class Buffer {
  private:
   friend class Engine;
   friend struct EnqueueScratch;
+  friend class FastPath;
   friend class Transaction;
 
   // Its events, like every Event the engine records, are the engine's
@@ -245,12 +248,21 @@ class Submission {
   /// Engine::ended() once the command has ended.
   [[nodiscard]] CommandName command() const noexcept { return command_; }
   /// Lets go of waits(), which stay alive until then; command() is none
-  /// again. Call it before the engine goes.
-  void clear() noexcept;
+  /// again. Call it before the engine goes. O(waits); inline when there
+  /// are none (the engine clears at every enqueue).
+  void clear() noexcept {
+    if (!leases_.empty() || waits_counted_) let_go();
+    waits_.clear();
+    storage_.clear();
+    command_ = CommandName::none;
+  }
 
  private:
   friend class Engine;
+  friend class FastPath;
   friend class Transaction;
+  friend class WaitList;
+  void let_go() noexcept;  // of the leases, or the counted waits, of waits_
   Host* host_ = nullptr;
   CommandTable* table_ = nullptr;
   // After an enqueue, waits_ are held by leases on the engine's command
@@ -290,8 +302,11 @@ class Engine {
   /// `at`, with its storage there and no fence on it, nothing it depends on
   /// failed and room among its undo records (migration::RangeVersions::
   /// fast_prepare), the enqueue checks that of every buffer first, then
-  /// records the command: no plan, no copy, no placement. Any miss falls
-  /// back to the steps above; both decide the same (set_fast_path()).
+  /// records the command: no plan, no copy, no placement. It takes the
+  /// buffers' locks in the order given, waiting only for a buffer above
+  /// every one it holds (the others lock in address order): a buffer
+  /// another thread holds below that also falls back. Any miss falls back
+  /// to the steps above; both decide the same (set_fast_path()).
   /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
   /// buffer address, or name the same buffers in the same order as this
   /// Submission's previous enqueue: a kernel enqueued again), plus the
@@ -344,6 +359,7 @@ class Engine {
 
  private:
   friend class Buffer;
+  friend class FastPath;
   friend class Transaction;
 
   // Recycles the command table's failed slots that no buffer names any

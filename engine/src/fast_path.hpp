@@ -1,0 +1,50 @@
+// The engine's fast path (Engine::enqueue): a command whose buffers are all
+// in the steady state is checked whole, then recorded, without the general
+// pipeline (transaction.cpp): no groups, no plans, no copies, no placement.
+// doc/engine.md ("The fast path") has its conditions and cost.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "memlayer/engine/engine.hpp"
+
+namespace memlayer::engine {
+
+class RefBatch;
+class WaitList;
+
+class FastPath {
+ public:
+  /// Enqueues as Engine::enqueue() would when every buffer of the command
+  /// is in the steady state (engine.hpp: the fast path), on `out` as the
+  /// engine hands it over (cleared, its host and table set). True when it
+  /// decided: the command is recorded and `out` filled as the general
+  /// pipeline fills it, or, out of host memory, `failed` says so (as the
+  /// general pipeline would) with nothing of the command recorded. False on
+  /// a miss (a condition not met, or a buffer another thread holds where
+  /// waiting for it could break the lock order): nothing of the command is
+  /// recorded (a check may have dropped records of completed writers, which
+  /// changes no content), so the general pipeline starts from the same
+  /// state. O(uses), plus RangeVersions::fast_prepare's cost per buffer.
+  static bool enqueue(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out,
+                      std::optional<EnqueueError>& failed) noexcept;
+
+ private:
+  using Storage = Buffer::Storage;
+  // Locks the buffers of `uses` in their order, each remembering statuses
+  // in `memo` (maybe nullptr); returns how many it locked (all, or up to
+  // the first it must not wait for).
+  static std::size_t lock(std::span<const BufferUse> uses, RefBatch* memo) noexcept;
+  static void unlock(std::span<const BufferUse> uses) noexcept;
+  // Checks every buffer and makes the room the commit needs; how many
+  // waits the commit may add, or nullopt on a miss. Changes no content.
+  // Throws std::bad_alloc.
+  static std::optional<std::size_t> check(std::span<const BufferUse> uses, Location at);
+  static void commit(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp, WaitList& waits,
+                     Submission& out) noexcept;
+};
+
+}  // namespace memlayer::engine
