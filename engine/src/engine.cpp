@@ -35,9 +35,12 @@ std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Loc
   out.clear();
   out.host_ = &host_;
   out.table_ = table_.get();
-  std::optional<EnqueueError> failed;
-  if (fast_path_on_.load(std::memory_order_relaxed) && FastPath::enqueue(*this, uses, at, command, out, failed))
-    return failed;
+  if (fast_path_on_.load(std::memory_order_relaxed)) return FastPath::enqueue(*this, uses, at, command, out);
+  return pipeline(uses, at, command, out);
+}
+
+std::optional<EnqueueError> Engine::pipeline(std::span<const BufferUse> uses, Location at, Event command,
+                                             Submission& out) {
   return Transaction(*this, uses, at, command, out).run();
 }
 

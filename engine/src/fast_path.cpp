@@ -15,8 +15,8 @@ namespace memlayer::engine {
 // general pipeline to start from the same state), the second records and
 // allocates nothing. The command's name is made between them, once the
 // command is sure to be recorded: a miss makes and discards nothing.
-bool FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out,
-                       std::optional<EnqueueError>& failed) noexcept {
+std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
+                                              Event command, Submission& out) {
   // The statuses looked up are remembered for the command's other buffers,
   // which mostly share their last writer; a lone buffer has none to share
   // them with, and a look is a load of the command table's slot.
@@ -24,11 +24,12 @@ bool FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location
   if (memo != nullptr) memo->begin(engine.host_);
   const std::size_t locked = lock(uses, memo);
   Event name = nullptr;
+  std::optional<EnqueueError> failed;
   WaitList waits(*engine.table_, out);
   if (locked == uses.size()) {
     try {
       if (const auto n = check(uses, at)) {
-        out.storage_.resize(uses.size());
+        migration::detail::reserve_more(out.storage_, uses.size());
         waits.reserve(*n);
         name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
         if (name == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
@@ -46,7 +47,8 @@ bool FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location
   }
   if (memo != nullptr) memo->flush();
   unlock(uses.first(locked));
-  return name != nullptr || failed.has_value();
+  if (name == nullptr && !failed) return engine.pipeline(uses, at, command, out);  // a miss
+  return failed;
 }
 
 // Every other locker takes buffers in address order (Transaction::lock_all;
@@ -103,7 +105,7 @@ void FastPath::commit(std::span<const BufferUse> uses, Location at, Event name, 
     // until it has finished (Buffer::users_at()).
     if (!migration::writes(use.access)) b.add_user(st, name);
     st.last_use = stamp;
-    out.storage_[i] = st.handle;
+    out.storage_.push_back(st.handle);  // within the room check() made: the i-th
   }
 }
 

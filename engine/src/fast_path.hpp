@@ -18,19 +18,19 @@ class WaitList;
 
 class FastPath {
  public:
-  /// Enqueues as Engine::enqueue() would when every buffer of the command
-  /// is in the steady state (engine.hpp: the fast path), on `out` as the
-  /// engine hands it over (cleared, its host and table set). True when it
-  /// decided: the command is recorded and `out` filled as the general
-  /// pipeline fills it, or, out of host memory, `failed` says so (as the
-  /// general pipeline would) with nothing of the command recorded. False on
-  /// a miss (a condition not met, or a buffer another thread holds where
-  /// waiting for it could break the lock order): nothing of the command is
-  /// recorded (a check may have dropped records of completed writers, which
-  /// changes no content), so the general pipeline starts from the same
-  /// state. O(uses), plus RangeVersions::fast_prepare's cost per buffer.
-  static bool enqueue(Engine& engine, std::span<const BufferUse> uses, Location at, Event command, Submission& out,
-                      std::optional<EnqueueError>& failed) noexcept;
+  /// Engine::enqueue() with the fast path on, on `out` as the engine hands
+  /// it over (cleared, its host and table set). When every buffer of the
+  /// command is in the steady state (engine.hpp: the fast path), records
+  /// the command and fills `out` as the general pipeline would, or, out of
+  /// host memory, fails as the general pipeline would, with nothing of the
+  /// command recorded. Else (a miss: a condition not met, or a buffer
+  /// another thread holds where waiting for it could break the lock order)
+  /// it records nothing (a check may have dropped records of completed
+  /// writers, which changes no content) and hands the command to the
+  /// general pipeline (Engine::pipeline), which starts from the same state.
+  /// O(uses), plus RangeVersions::fast_prepare's cost per buffer, on a hit.
+  static std::optional<EnqueueError> enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
+                                             Event command, Submission& out);
 
  private:
   using Storage = Buffer::Storage;
@@ -43,6 +43,7 @@ class FastPath {
   // waits the commit may add, or nullopt on a miss. Changes no content.
   // Throws std::bad_alloc.
   static std::optional<std::size_t> check(std::span<const BufferUse> uses, Location at);
+  // Appends each use's storage to out.storage_, in order, within the room made.
   static void commit(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp, WaitList& waits,
                      Submission& out) noexcept;
 };

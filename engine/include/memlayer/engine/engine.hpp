@@ -369,6 +369,11 @@ class Engine {
   // more) when another thread holds a buffer.
   void sweep_failed();
   static constexpr std::size_t kFirstSweep = 256;
+  // The general pipeline (engine/src/transaction.cpp), on `out` as enqueue()
+  // hands it over; out of line, so that the fast path's callers save no
+  // registers for it.
+  [[gnu::noinline]] std::optional<EnqueueError> pipeline(std::span<const BufferUse> uses, Location at, Event command,
+                                                         Submission& out);
 
   Host& host_;
   const bool host_tells_ends_;           // Host::tells_ends(), asked once
