@@ -13,12 +13,13 @@ function(memlayer_pocl71_test name devices)
     ENVIRONMENT "${MEMLAYER_POCL71_ENV};POCL_DEVICES=${devices}")
 endfunction()
 
-foreach(program pocl_driver_test pocl_failure_test pocl_image_test pocl_device_test pocl_migration_test pocl_remote_test
-        pocl_svm_test pocld_peer_test pocl_oversubscribed_test)
+foreach(program pocl_driver_test pocl_failure_test pocl_alloc_failure_test pocl_image_test pocl_device_test
+        pocl_migration_test pocl_remote_test pocl_svm_test pocld_peer_test pocl_oversubscribed_test)
   add_dependencies(${program} pocl71)
 endforeach()
 
 memlayer_pocl_engine_suite(pocl71 "${MEMLAYER_POCL71_ENV}" cpu pocl71_ pocl71_)
+memlayer_pocl71_test(pocl71_alloc_failure memlayer $<TARGET_FILE:pocl_alloc_failure_test>)
 # 7.1's command buffers replay their commands with the bytes they name.
 set_property(TEST pocl71_migration APPEND PROPERTY ENVIRONMENT "MEMLAYER_EXPECT_COMMAND_BUFFER=1")
 

@@ -616,12 +616,8 @@ std::list<ContextState*>& g_live_contexts = g_live_contexts_storage.value;
 constexpr double kPeerLatency = 5e-6;
 constexpr double kPeerBandwidth = 24e9;
 
-// context_state()'s first call for `ctx`, out of line: the engine's state
-// of `ctx`, made by its first command; nullptr when it cannot have one
-// (`error` says why).
-[[gnu::noinline]] ContextState* make_context_state(cl_context ctx, const char** error) {
-  std::lock_guard<std::mutex> lock(g_context_mutex);
-  if (ctx->memlayer_state != nullptr) return static_cast<ContextState*>(ctx->memlayer_state);
+// Under g_context_mutex. Throws std::bad_alloc, with nothing kept.
+ContextState* new_context_state(cl_context ctx, const char** error) {
   auto state = std::make_unique<ContextState>(ctx);
   state->device_at.fill(-1);
   for (cl_uint i = 0; i < ctx->num_devices; ++i) {
@@ -650,10 +646,24 @@ constexpr double kPeerBandwidth = 24e9;
       state->cost.set_direct(location_of(src), location_of(dst), {kPeerLatency / priority, kPeerBandwidth * priority});
     }
   }
+  g_live_contexts.push_back(state.get());  // the last step that may throw
   ContextState* const s = state.release();  // owned by the C struct; pocl_ml_release_context takes it back
-  g_live_contexts.push_back(s);
   __atomic_store_n(&ctx->memlayer_state, s, __ATOMIC_RELEASE);
   return s;
+}
+
+// context_state()'s first call for `ctx`, out of line: the engine's state
+// of `ctx`, made by its first command; nullptr when it cannot have one
+// (`error` says why).
+[[gnu::noinline]] ContextState* make_context_state(cl_context ctx, const char** error) {
+  std::lock_guard<std::mutex> lock(g_context_mutex);
+  if (ctx->memlayer_state != nullptr) return static_cast<ContextState*>(ctx->memlayer_state);
+  try {
+    return new_context_state(ctx, error);
+  } catch (const std::bad_alloc&) {  // nothing kept: the next command tries again
+    *error = "no host memory for the context's engine";
+    return nullptr;
+  }
 }
 
 // Every command's look: inline, so that a context made already costs a load.
@@ -728,12 +738,28 @@ struct Scratch {
     }
   }
 };
-thread_local Scratch t_scratch;
+// Made at a thread's first command, not as the thread_local is: GCC lets
+// an exception out of a thread_local's initialization pass by the caller's
+// handlers, and out of host memory that would leave through PoCL's C
+// frames. Gone with the thread.
+thread_local std::unique_ptr<Scratch> t_scratch;
 
 // Out of line: in a shared library each thread_local access is a call to
 // __tls_get_addr, and GCC recomputes the address at every use rather than
-// keep it in a register.
-[[gnu::noinline]] Scratch& scratch() { return t_scratch; }
+// keep it in a register. nullptr out of host memory (the next call tries
+// again).
+[[gnu::noinline]] Scratch* scratch() noexcept {
+  std::unique_ptr<Scratch>& s = t_scratch;
+  if (s != nullptr) [[likely]]
+    return s.get();
+  try {
+    s = std::make_unique<Scratch>();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  return s.get();
+}
+constexpr const char* kNoScratch = "memlayer migration: no host memory for this thread's scratch\n";
 
 #if MEMLAYER_POCL_MAJOR >= 7
 // `u` over a whole buffer of `size` bytes, for contexts with a device that
@@ -907,7 +933,9 @@ cl_int pocl_ml_alloc(cl_device_id dev, cl_mem mem) {
   if (mem->parent != nullptr) mem = mem->parent;  // 7.1: a sub-buffer's storage is its parent's (it follows)
   BufferState* b = buffer_state(*cs, mem);
   POCL_RETURN_ERROR_ON(b == nullptr, CL_OUT_OF_HOST_MEMORY, "memlayer migration: no host memory\n");
-  Scratch& sc = scratch();
+  Scratch* scp = scratch();
+  POCL_RETURN_ERROR_ON(scp == nullptr, CL_OUT_OF_HOST_MEMORY, "%s", kNoScratch);
+  Scratch& sc = *scp;
   memlayer::engine::RoomWait room(cs->engine.host());
   for (;;) {
     auto failed = cs->engine.place(b->tracked, location_of(dev), sc.submission);
@@ -928,7 +956,9 @@ int pocl_ml_runs_context(cl_context context) {
 cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_queue, cl_command_type command_type,
                               cl_event* event_p, cl_uint num_events, const cl_event* wait_list,
                               pocl_buffer_migration_info* buffer_usage, cl_mem_migration_flags mig_flags) {
-  Scratch& sc = scratch();
+  Scratch* scp = scratch();
+  POCL_RETURN_ERROR_ON(scp == nullptr, CL_OUT_OF_HOST_MEMORY, "%s", kNoScratch);
+  Scratch& sc = *scp;
   const char* error = nullptr;
   ContextState* cs = begin_command(command_queue, sc, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
@@ -973,7 +1003,9 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
     held_failures().release_settled();
     return pocl_create_command_struct(cmd, command_queue, command_type, event_p, num_events, wait_list, 0, nullptr);
   }
-  Scratch& sc = scratch();
+  Scratch* scp = scratch();
+  POCL_RETURN_ERROR_ON(scp == nullptr, CL_OUT_OF_HOST_MEMORY, "%s", kNoScratch);
+  Scratch& sc = *scp;
   const char* error = nullptr;
   ContextState* cs = begin_command(command_queue, sc, &error);
   POCL_RETURN_ERROR_ON(cs == nullptr, CL_OUT_OF_RESOURCES, "memlayer migration: %s\n", error);
