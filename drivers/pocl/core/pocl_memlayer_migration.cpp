@@ -738,10 +738,11 @@ struct Scratch {
     }
   }
 };
-// Made at a thread's first command, not as the thread_local is: GCC lets
-// an exception out of a thread_local's initialization pass by the caller's
-// handlers, and out of host memory that would leave through PoCL's C
-// frames. Gone with the thread.
+// Made at a thread's first command, not as the thread_local is: with GCC 12
+// a handler around the first use of a thread_local does not catch what its
+// initializer throws (pocl_alloc_failure_test.cpp ended in std::terminate),
+// and out of host memory that would leave through PoCL's C frames. Gone
+// with the thread.
 thread_local std::unique_ptr<Scratch> t_scratch;
 
 // Out of line: in a shared library each thread_local access is a call to
