@@ -155,7 +155,7 @@ void Transaction::group_uses() {
   }
   for (const auto& [buffer, index] : s_.order) {
     if (s_.groups.empty() || s_.groups.back().buffer != buffer)
-      s_.groups.push_back({buffer, s_.uses.size(), 0, index, 0, EnqueueScratch::Group::kNoCopies});
+      s_.groups.push_back({buffer, s_.uses.size(), 0, 0, EnqueueScratch::Group::kNoCopies});
     s_.uses.push_back(uses_[index].use);
     ++s_.groups.back().count;
   }

@@ -22,7 +22,6 @@ struct EnqueueScratch {
     static constexpr std::size_t kNoCopies = SIZE_MAX;
     Buffer* buffer;
     std::size_t first, count;
-    std::size_t use;  // the index in the enqueue's uses of its first use
     std::size_t first_copy;  // its copies' events: copy_events[first_copy, ...)
     std::size_t plan;        // with_copies[plan], or kNoCopies: its plan moves nothing
   };

@@ -307,9 +307,10 @@ class Engine {
   /// every one it holds (the others lock in address order): a buffer
   /// another thread holds below that also falls back. Any miss falls back
   /// to the steps above; both decide the same (set_fast_path()).
-  /// Complexity: O(U log U) for U uses (O(U) when they come sorted by
-  /// buffer address, or name the same buffers in the same order as this
-  /// Submission's previous enqueue: a kernel enqueued again), plus the
+  /// Complexity: O(U) for U uses on the fast path; else O(U log U) (O(U)
+  /// when they come sorted by buffer address, or name the same buffers in
+  /// the same order as this Submission's previous enqueue: a kernel
+  /// enqueued again), plus the
   /// planner's cost per buffer
   /// (O(log spans + spans touched × locations)), plus one pass over the
   /// engine's buffers per eviction, and per placement that finds the
