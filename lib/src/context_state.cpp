@@ -143,7 +143,6 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   }
   auto node = make_node(spec.device, std::move(spec.work));
   node->targets.resize(spec.uses.size());
-  node->keep_alive.reserve(spec.uses.size());
   // Queue order adds one more (in-order) or a few: try_enqueue() sees.
   reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps + 1);
   for (const Event& e : wait) add_dep(*node, e.state(), true);
@@ -192,9 +191,10 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, Comman
       node->engine = &engine;
       node->engine_name = sc.submission.command();
       wired = add_engine_waits(*node, sc.submission.waits(), order_count(queue, spec.barrier));
-      for (std::size_t i = 0; wired && i < spec.uses.size(); ++i) {
-        node->targets[i].address = sc.submission.storage()[i] + spec.uses[i].use.offset;
-        node->keep_alive.push_back(std::move(spec.uses[i].parent));
+      if (wired) {
+        for (std::size_t i = 0; i < spec.uses.size(); ++i)
+          node->targets[i] = sc.submission.storage()[i] + spec.uses[i].use.offset;
+        node->uses = std::move(spec.uses);
       }
     }
     if (wired) order_in_queue(queue, spec.barrier, *node);

@@ -19,16 +19,11 @@
 
 namespace memlayer::runtime::detail {
 
-struct BufferUse {
-  std::shared_ptr<BufferState> parent;
-  migration::Use use;
-};
-
 struct CommandSpec {
   std::vector<BufferUse> uses;
   migration::Location at = migration::kHost;  // where the uses must be valid
   DeviceState* device = nullptr;              // whose workers run the work (nullptr: no work)
-  /// The work, given where the uses' storage is (a Target per use, in
+  /// The work, given where the uses' storage is (an address per use, in
   /// order); empty: no work. Made before the enqueue: nothing the engine
   /// commits may wait for an allocation still to be made.
   Work work;

@@ -59,7 +59,7 @@ Work copy_work(ContextState& ctx, const engine::CopyRequest& r, std::uint64_t bu
   std::vector<engine::CopySource> sources{{r.src, r.src_storage}};
   sources.insert(sources.end(), r.also.begin(), r.also.end());
   return [&ctx, sources = std::move(sources), dst = r.dst, to = r.dst_storage, offset = r.offset, n = r.size,
-          last_copy = r.last_copy, buffer_id](std::span<const Target>) {
+          last_copy = r.last_copy, buffer_id](std::span<const DeviceAddress>) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point give_up = Clock::now() + ctx.room_wait;
     std::chrono::milliseconds pause{1};
@@ -235,7 +235,7 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
     const engine::Location runner = r.src == kHost ? r.dst : (r.dst == kHost ? r.src : r.dst);
     auto node = make_node(context_.by_location[runner], copy_work(context_, r, buffer->id()));
     reserve_deps(*node, r.after.size());  // submit_copy() must not fail
-    node->keep_alive.push_back(std::move(buffer));
+    node->uses.push_back(BufferUse{std::move(buffer), {}});
     engine::CopyHandle h;
     h.event = node->event.get();
     h.host_data = std::move(node);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memlayer/engine/detail/buffer_lock.hpp"
+#include "memlayer/migration/access.hpp"
 #include "memlayer/migration/event.hpp"
 #include "memlayer/runtime/device_driver.hpp"
 #include "memlayer/runtime/event.hpp"
@@ -25,19 +26,24 @@ enum class CommandName : std::uintptr_t;
 
 namespace memlayer::runtime::detail {
 
+class BufferState;
 class DeviceState;
 class EventState;
 struct CommandNode;
 
-std::uint64_t now_ns();
-
-/// Where a command finds one of its buffer uses at run time.
-struct Target {
-  DeviceAddress address = 0;  // in the command's device (a host pointer on host-memory devices)
+/// One use of a buffer by a command: the parent buffer (a sub-buffer is a
+/// range of it) and the range and access (CommandSpec::uses).
+struct BufferUse {
+  std::shared_ptr<BufferState> parent;
+  migration::Use use;
 };
 
-/// A command's work, given where its uses are (empty for copies).
-using Work = std::function<Status(std::span<const Target>)>;
+std::uint64_t now_ns();
+
+/// A command's work, given where each of its buffer uses starts in the
+/// command's device (a host pointer on host-memory devices), in order;
+/// empty for copies.
+using Work = std::function<Status(std::span<const DeviceAddress>)>;
 
 /// One dependency of a node, threaded on the dependency's list of waiters
 /// once wired. A node's links are made before the engine commits its
@@ -123,11 +129,13 @@ class EventState : public std::enable_shared_from_this<EventState> {
 struct CommandNode {
   std::shared_ptr<EventState> event;
   Work work;                      // empty for markers and barriers
-  std::vector<Target> targets;    // what `work` is given: one per buffer use
+  std::vector<DeviceAddress> targets;  // what `work` is given: one per buffer use
   DeviceState* device = nullptr;  // whose workers run `work`
   std::atomic<int> pending{1};    // unresolved dependencies, plus one while being wired
   std::atomic<bool> ended{false};
-  std::vector<std::shared_ptr<void>> keep_alive;  // buffers it touches outlive it
+  // Its buffer uses (CommandSpec::uses; a copy's: its buffer): the
+  // buffers outlive it.
+  std::vector<BufferUse> uses;
   /// Its dependencies; never reallocated once one is wired (their links
   /// are threaded on the dependencies' events).
   std::vector<WaitLink> deps;

@@ -14,17 +14,25 @@ namespace memlayer::runtime {
 
 using detail::BufferUse;
 using detail::CommandSpec;
-using detail::Target;
 using migration::Access;
 using migration::kHost;
 
 namespace {
 
-Status check_buffer(const detail::QueueState& q, const Buffer& b, const char* what) {
+// Whether `b` may be used on queue `q`: a buffer, of q's context.
+bool usable(const detail::QueueState& q, const Buffer& b) {
+  return b.valid() && &b.parent()->context() == q.context.get();
+}
+
+// Why `b` may not be used on `q` (!usable(q, b)). Out of line: a kernel
+// checks every argument, and only one that fails makes a message.
+[[gnu::noinline]] Status buffer_error(const Buffer& b, const char* what) {
   if (!b.valid()) return Status::error(cl::kInvalidMemObject, std::string(what) + ": the buffer is empty");
-  if (&b.parent()->context() != q.context.get())
-    return Status::error(cl::kInvalidContext, std::string(what) + ": the buffer belongs to another context");
-  return {};
+  return Status::error(cl::kInvalidContext, std::string(what) + ": the buffer belongs to another context");
+}
+
+Status check_buffer(const detail::QueueState& q, const Buffer& b, const char* what) {
+  return usable(q, b) ? Status{} : buffer_error(b, what);
 }
 
 Status check_range(const Buffer& b, std::uint64_t offset, std::uint64_t size, const char* what) {
@@ -105,7 +113,7 @@ Result<Event> Queue::enqueue_write(const Buffer& buffer, std::uint64_t offset, s
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.work = [dev, source, size](std::span<const Target> t) { return dev->driver().write(t[0].address, source, size); };
+  spec.work = [dev, source, size](std::span<const DeviceAddress> t) { return dev->driver().write(t[0], source, size); };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
 } catch (const std::bad_alloc&) {
   return detail::out_of_host_memory("write");
@@ -123,8 +131,8 @@ Result<Event> Queue::enqueue_read(const Buffer& buffer, std::uint64_t offset, st
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.work = [dev, destination, size](std::span<const Target> t) {
-    return dev->driver().read(t[0].address, destination, size);
+  spec.work = [dev, destination, size](std::span<const DeviceAddress> t) {
+    return dev->driver().read(t[0], destination, size);
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
 } catch (const std::bad_alloc&) {
@@ -146,7 +154,7 @@ Result<Event> Queue::enqueue_copy(const Buffer& source, const Buffer& destinatio
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.work = [dev, size](std::span<const Target> t) { return dev->driver().copy(t[0].address, t[1].address, size); };
+  spec.work = [dev, size](std::span<const DeviceAddress> t) { return dev->driver().copy(t[0], t[1], size); };
   return state_->context->enqueue(*state_, std::move(spec), wait);
 } catch (const std::bad_alloc&) {
   return detail::out_of_host_memory("copy");
@@ -167,8 +175,8 @@ Result<Event> Queue::enqueue_fill(const Buffer& buffer, const void* pattern, std
   detail::DeviceState* dev = state_->device;
   std::vector<std::byte> bytes(static_cast<const std::byte*>(pattern),
                                static_cast<const std::byte*>(pattern) + pattern_size);
-  spec.work = [dev, size, bytes = std::move(bytes)](std::span<const Target> t) {
-    return dev->driver().fill(t[0].address, size, bytes);
+  spec.work = [dev, size, bytes = std::move(bytes)](std::span<const DeviceAddress> t) {
+    return dev->driver().fill(t[0], size, bytes);
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
 } catch (const std::bad_alloc&) {
@@ -192,8 +200,8 @@ Result<Event> Queue::enqueue_write_rect(const Buffer& buffer, const RectLayout& 
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   const auto* from = static_cast<const std::byte*>(source);
-  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const Target> t) {
-    const DeviceAddress base = t[0].address - box.first();  // the buffer's byte 0
+  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), from](std::span<const DeviceAddress> t) {
+    const DeviceAddress base = t[0] - box.first();  // the buffer's byte 0
     return write_rows(*dev, box, host, from, base);
   };
   return blocking_wait(state_->context->enqueue(*state_, std::move(spec), wait), blocking);
@@ -218,8 +226,8 @@ Result<Event> Queue::enqueue_read_rect(const Buffer& buffer, const RectLayout& b
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   auto* to = static_cast<std::byte*>(destination);
-  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), to](std::span<const Target> t) {
-    const DeviceAddress base = t[0].address - box.first();
+  spec.work = [dev, box = in_buffer.value(), host = in_host.value(), to](std::span<const DeviceAddress> t) {
+    const DeviceAddress base = t[0] - box.first();
     return for_each_row_pair(box, host, [&](std::uint64_t device_row, std::uint64_t host_row) {
       return dev->driver().read(base + device_row, to + host_row, box.region()[0]);
     });
@@ -246,8 +254,8 @@ Result<Event> Queue::enqueue_copy_rect(const Buffer& source, const Buffer& desti
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
-  spec.work = [dev, a = from.value(), b = to.value()](std::span<const Target> t) {
-    const DeviceAddress a_base = t[0].address - a.first(), b_base = t[1].address - b.first();
+  spec.work = [dev, a = from.value(), b = to.value()](std::span<const DeviceAddress> t) {
+    const DeviceAddress a_base = t[0] - a.first(), b_base = t[1] - b.first();
     return for_each_row_pair(a, b, [&](std::uint64_t from_row, std::uint64_t to_row) {
       return dev->driver().copy(a_base + from_row, b_base + to_row, a.region()[0]);
     });
@@ -355,19 +363,16 @@ Result<Event> Queue::enqueue_kernel(KernelFunction kernel, std::span<const Kerne
   CommandSpec spec;
   spec.uses.reserve(args.size());
   for (const KernelArg& a : args) {
-    if (Status s = check_buffer(*state_, a.buffer, "kernel argument"); !s.ok()) return s;
+    if (!usable(*state_, a.buffer)) [[unlikely]]
+      return buffer_error(a.buffer, "kernel argument");
     spec.uses.push_back(use_of(a.buffer, 0, a.buffer.size(), a.access));
   }
   spec.device = state_->device;
   spec.at = state_->device->location();
   detail::DeviceState* dev = state_->device;
   std::vector<std::uint64_t> locals(local_sizes.begin(), local_sizes.end());
-  // The addresses' list is made now: a command whose enqueue succeeded
-  // does not run out of memory for it when it runs.
-  spec.work = [dev, kernel = std::move(kernel), locals = std::move(locals),
-               addresses = std::vector<DeviceAddress>(args.size())](std::span<const Target> t) mutable {
-    for (std::size_t i = 0; i < t.size(); ++i) addresses[i] = t[i].address;
-    return dev->driver().run_kernel(kernel, addresses, locals);
+  spec.work = [dev, kernel = std::move(kernel), locals = std::move(locals)](std::span<const DeviceAddress> t) {
+    return dev->driver().run_kernel(kernel, t, locals);
   };
   return state_->context->enqueue(*state_, std::move(spec), wait);
 } catch (const std::bad_alloc&) {

@@ -149,7 +149,7 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
   }
   // The engine hears how it ended here: the work is done, so nothing need
   // wait for it; and the buffers this node holds, which dropping the work
-  // and keep_alive below may let go (their context, and its engine, with
+  // and its uses below may let go (their context, and its engine, with
   // them), are still held.
   tell_engine(*node, s.ok()                ? engine::EventStatus::completed
                      : s.changed_nothing ? engine::EventStatus::cancelled
@@ -158,7 +158,7 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
   // Before the event completes: a buffer the application released is freed
   // by the time a wait on its last command returns, so its memory is
   // available to whatever the application enqueues next.
-  node->keep_alive.clear();
+  node->uses.clear();
   if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
 }

@@ -1036,6 +1036,21 @@ TEST(Runtime, EnqueueArgumentErrors) {
   Rig other = make_rig(1);
   expect_refused(other.queues[0]->enqueue_read(b, 0, 1, x, true), cl::kInvalidContext,
                  "read: the buffer belongs to another context");
+  // A kernel's arguments are checked one by one, before anything is
+  // enqueued: a bad second one refuses the whole kernel, which never runs.
+  bool ran = false;
+  const KernelFunction mark = [&ran](std::span<void* const>) {
+    ran = true;
+    return Status{};
+  };
+  expect_refused(q.enqueue_kernel(mark, std::vector<KernelArg>{{b, Access::read}, {Buffer{}, Access::read}}),
+                 cl::kInvalidMemObject, "kernel argument: the buffer is empty");
+  Buffer elsewhere = buffer(*other.ctx, 64);
+  expect_refused(q.enqueue_kernel(mark, std::vector<KernelArg>{{b, Access::write}, {elsewhere, Access::read}}),
+                 cl::kInvalidContext, "kernel argument: the buffer belongs to another context");
+  ASSERT_TRUE(q.finish().ok());
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(b.bytes_lost(), 0u);
 }
 
 TEST(Runtime, KernelsGetLocalMemoryAndOversizedLaunchesFailAtEnqueue) {
