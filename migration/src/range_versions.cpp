@@ -605,6 +605,7 @@ void RangeVersions::plan_waits(const Span& s, Access access, Location at, Plan& 
 }
 
 void RangeVersions::plan(std::span<const Use> uses, Location at, const CostModel& cost, Plan& out) {
+  leave_steady();
   out.clear();
   if (auto exact = exact_span(uses); exact != spans_.end()) {  // most kernel arguments: no pieces
     const Access access = uses[0].access;
@@ -734,6 +735,7 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
 
 void RangeVersions::commit(const Plan& plan, std::span<const Event> copy_events, std::span<const Use> uses,
                            Location at, Event command) {
+  leave_steady();
   if (copy_events.size() != plan.copies.size())
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   if (plan.copies.empty()) {
@@ -800,6 +802,7 @@ bool RangeVersions::complete_elsewhere(const Span& s, Location at) const {
 }
 
 void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
+  leave_steady();
   out.clear();
   if (at == kHost) throw std::invalid_argument("migration: the host copy is not evicted");
   settle_range(0, size_, true);
@@ -838,6 +841,7 @@ void RangeVersions::plan_evict(Location at, const CostModel& cost, Plan& out) {
 }
 
 void RangeVersions::commit_write_back(const Plan& plan, std::span<const Event> copy_events) {
+  leave_steady();
   if (copy_events.size() != plan.copies.size())
     throw std::invalid_argument("migration: commit needs one event per planned copy");
   for (std::size_t i = 0; i < plan.copies.size(); ++i) {
@@ -884,6 +888,7 @@ void RangeVersions::check_eviction_keeps_content(const Plan& plan, Location at) 
 }
 
 void RangeVersions::commit_evict(const Plan& plan, std::span<const Event> copy_events, Location at) {
+  leave_steady();
   check_eviction_keeps_content(plan, at);
   commit_write_back(plan, copy_events);  // checks the events first, then changes
   auto forget = [&](Span& x) {
@@ -926,6 +931,7 @@ bool RangeVersions::can_write_back_undo(std::size_t index, Location at) const {
 }
 
 void RangeVersions::plan_undo_write_backs(Location at, Plan& out) {
+  leave_steady();
   for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
     Undo& r = undo_[i];
     if (!held_only_at(r, at) || !can_write_back_undo(i, at)) continue;

@@ -232,6 +232,39 @@ TEST_F(RangeVersionsTest, EvictionWritesBackOnlyTheOnlyCopies) {
   ASSERT_FALSE(r.copies.empty());
 }
 
+// fast_commit() of a whole write leaves a steady state that the next
+// fast_prepare() at that location takes without looking at the span
+// again, until anything else changes the buffer: after the copy there is
+// evicted, nothing is valid there, and the fast path must decline.
+TEST_F(RangeVersionsTest, TheFastPathsSteadyStateEndsWithAnEviction) {
+  ops_.status = [](void*, Event) { return 1; };  // everything has completed
+  make(4096);
+  run({{0, 4096, Access::overwrite}}, 1, ev(1));  // valid at 1 only
+  const Use whole{0, 4096, Access::read_write};
+  std::vector<Event> waits;
+  auto fast = [&](Event command) {
+    waits.clear();
+    if (!buffer_->fast_prepare(whole, 1)) return false;
+    buffer_->fast_commit(whole, 1, command, [&](Event e) { waits.push_back(e); });
+    return true;
+  };
+  ASSERT_TRUE(fast(ev(2)));
+  EXPECT_TRUE(waits_for(waits, ev(1)));
+  ASSERT_TRUE(fast(ev(3))) << "the steady state";
+  EXPECT_TRUE(waits_for(waits, ev(2)));
+  Plan p;
+  buffer_->plan_evict(1, cost_, p);
+  ASSERT_EQ(p.copies.size(), 1u);
+  buffer_->commit_evict(p, std::vector<Event>{ev(50)}, 1);
+  ASSERT_FALSE(buffer_->valid_at(1, 0, 1));
+  // (A read: a write would decline for the write-back's read as well.)
+  EXPECT_FALSE(buffer_->fast_prepare({0, 4096, Access::read}, 1)) << "a read of what device 1 no longer holds";
+  // The general steps bring it back; the fast path serves the next write.
+  Plan r = run({whole}, 1, ev(4));
+  ASSERT_FALSE(r.copies.empty());
+  EXPECT_TRUE(fast(ev(5)));
+}
+
 // A plan whose write-backs cover only part of what the evicted location
 // alone holds is refused before anything changes (references included:
 // the fixture checks them balanced).

@@ -407,6 +407,15 @@ class RangeVersions {
   SpanMap::iterator fast_span_;
   Event fast_ready_ = nullptr;
   bool fast_narrow_ = false;
+  // The steady state fast_commit() leaves after a write of the whole
+  // buffer, and only the fast path keeps: one span, valid at steady_at_
+  // alone, made so by its last writer (not `anywhere`; its one holder is
+  // {steady_at_, last_writer}); readers since, maybe. kNotSteady once any
+  // other member that may change a span or a record has run (leave_steady()):
+  // fast_prepare() then looks at the span whole again.
+  static constexpr Location kNotSteady = kMaxLocations;
+  Location steady_at_ = kNotSteady;
+  void leave_steady() noexcept { steady_at_ = kNotSteady; }
   std::uint64_t bytes_lost_ = 0;
   std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
@@ -472,9 +481,26 @@ inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32
 // forget, deciding only. Here, not in range_versions.cpp: the engine's loop
 // over a command's buffers inlines it, with no call per argument.
 inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
+  const bool for_write = writes(use.access);
+  // In the steady state at `at` (steady_at_), with room among the records,
+  // the whole buffer's one span is settled unless its last writer failed:
+  // that writer made its one holder ready, and a write with no readers
+  // since waits for nothing else.
+  if (at == steady_at_ && use.offset == 0 && use.size == size_ && undo_.size() - first_undo_ < fast_trim_at_) {
+    const auto it = spans_.begin();
+    Span& s = it->second;
+    if (!for_write || s.readers.empty()) [[likely]] {
+      if (ops_.failed(s.last_writer)) return std::nullopt;
+      if (for_write) detail::reserve_more(undo_, 1);
+      else s.readers.reserve(s.readers.size() + 1);
+      fast_span_ = it;
+      fast_ready_ = nullptr;
+      fast_narrow_ = true;
+      return 2;
+    }
+  }
   const auto it = exact_span(std::span(&use, 1));
   if (it == spans_.end()) return std::nullopt;
-  const bool for_write = writes(use.access);
   // Completed writers' records are dropped here only once there are
   // fast_trim_at_ of them: a look at the oldest writer per command would
   // cost a status look per argument while a queue of writers is running.
@@ -512,6 +538,7 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
   }
   for (Event r : s.readers) wait(r);
   write_span(s, fast_span_->first, use.size, next_version_++, at, command, fast_narrow_);
+  steady_at_ = use.size == size_ ? at : kNotSteady;
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only
