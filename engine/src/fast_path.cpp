@@ -10,11 +10,14 @@
 
 namespace memlayer::engine {
 
-// With every buffer locked, two passes: the first only checks and makes
-// room (it changes no content, so a miss in a later buffer leaves the
-// general pipeline to start from the same state), the second records and
-// allocates nothing. The command's name is made between them, once the
-// command is sure to be recorded: a miss makes and discards nothing.
+// Two passes over the buffers: the first locks and checks each, making
+// room but changing no content (so a miss leaves the general pipeline to
+// start from the same state), the second records the command in each and
+// unlocks it, allocating nothing. The command's name is made between them,
+// once the command is sure to be recorded: a miss makes and discards
+// nothing. A buffer the second pass has unlocked may be taken by another
+// command at once: that one comes after this one there, and waits for the
+// buffers this one still holds, as for any buffer held.
 std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
                                               Event command, Submission& out) {
   // The statuses looked up are remembered for the command's other buffers,
@@ -22,31 +25,30 @@ std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const Bu
   // them with, and a look is a load of the command table's slot.
   RefBatch* const memo = uses.size() > 1 ? &out.scratch_->refs : nullptr;
   if (memo != nullptr) memo->begin(engine.host_);
-  const std::size_t locked = lock(uses, memo);
+  std::size_t locked = 0;
   Event name = nullptr;
   std::optional<EnqueueError> failed;
   WaitList waits(*engine.table_, out);
-  if (locked == uses.size()) {
-    try {
-      if (const auto n = check(uses, at)) {
-        migration::detail::reserve_more(out.storage_, uses.size());
-        waits.reserve(*n);
-        name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
-        if (name == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
-      }
-    } catch (...) {
-      failed = Transaction::error_of_exception();
-      out.clear();
+  try {
+    migration::detail::reserve_more(out.storage_, uses.size());
+    if (const auto n = lock_and_check(uses, at, memo, locked)) {
+      waits.reserve(*n);
+      name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
+      if (name == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     }
+  } catch (...) {
+    failed = Transaction::error_of_exception();
   }
   if (name != nullptr) {
     const std::uint64_t stamp = engine.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
-    commit(uses, at, name, stamp, waits, out);
+    commit_and_unlock(uses, at, name, stamp, waits, out);
     waits.dedupe();
     out.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(name));
+  } else {
+    for (const BufferUse& u : uses.first(locked)) unlock(*u.buffer);
+    out.clear();
   }
   if (memo != nullptr) memo->flush();
-  unlock(uses.first(locked));
   if (name == nullptr && !failed) return engine.pipeline(uses, at, command, out);  // a miss
   return failed;
 }
@@ -55,58 +57,55 @@ std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const Bu
 // eviction only try-locks), so waiting is safe only for a buffer above
 // every one held. Any other is only tried: held by another thread, or by
 // this one (a buffer passed twice), it ends the fast path's try.
-std::size_t FastPath::lock(std::span<const BufferUse> uses, RefBatch* memo) noexcept {
+std::optional<std::size_t> FastPath::lock_and_check(std::span<const BufferUse> uses, Location at, RefBatch* memo,
+                                                    std::size_t& locked) {
   const Buffer* highest = nullptr;
-  std::size_t n = 0;
+  std::size_t waits = 0;
   for (const BufferUse& u : uses) {
     Buffer& b = *u.buffer;
     if (std::less<const Buffer*>{}(highest, &b)) {
       b.mutex_.lock();
       highest = &b;
     } else if (!b.mutex_.try_lock()) {
-      break;
+      return std::nullopt;
     }
     b.ops_.batch = memo;
-    ++n;
-  }
-  return n;
-}
-
-void FastPath::unlock(std::span<const BufferUse> uses) noexcept {
-  for (const BufferUse& u : uses) {
-    u.buffer->ops_.batch = nullptr;
-    u.buffer->mutex_.unlock();
-  }
-}
-
-std::optional<std::size_t> FastPath::check(std::span<const BufferUse> uses, Location at) {
-  std::size_t waits = 0;
-  for (const BufferUse& u : uses) {
-    Buffer& b = *u.buffer;
-    Storage* st = b.storage_if_listed(at);
-    // Fences wait until the general pipeline drops the ones that ended.
-    if (st == nullptr || !st->allocated || !st->fences.empty()) return std::nullopt;
-    const auto n = b.versions_.fast_prepare(u.use, at);
-    if (!n) return std::nullopt;
-    if (!migration::writes(u.use.access)) migration::detail::reserve_more(st->users, 1);
-    waits += *n;
+    ++locked;
+    if (!check(u, at, waits)) return std::nullopt;
   }
   return waits;
 }
 
-void FastPath::commit(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
-                      WaitList& waits, Submission& out) noexcept {
-  for (std::size_t i = 0; i < uses.size(); ++i) {
-    Buffer& b = *uses[i].buffer;
-    const migration::Use& use = uses[i].use;
+inline bool FastPath::check(const BufferUse& u, Location at, std::size_t& waits) {
+  Buffer& b = *u.buffer;
+  Storage* st = b.storage_if_listed(at);
+  // Fences wait until the general pipeline drops the ones that ended.
+  if (st == nullptr || !st->allocated || !st->fences.empty()) return false;
+  const auto n = b.versions_.fast_prepare(u.use, at);
+  if (!n) return false;
+  if (!migration::writes(u.use.access)) migration::detail::reserve_more(st->users, 1);
+  waits += *n;
+  return true;
+}
+
+void FastPath::commit_and_unlock(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
+                                 WaitList& waits, Submission& out) noexcept {
+  for (const BufferUse& u : uses) {
+    Buffer& b = *u.buffer;
     Storage& st = b.storage_[at];
-    b.versions_.fast_commit(use, at, name, [&](Event e) { waits.add(e, name); });
+    b.versions_.fast_commit(u.use, at, name, [&](Event e) { waits.add(e, name); });
     // A writer needs no entry: its undo record names it, with where it runs,
     // until it has finished (Buffer::users_at()).
-    if (!migration::writes(use.access)) b.add_user(st, name);
+    if (!migration::writes(u.use.access)) b.add_user(st, name);
     st.last_use = stamp;
-    out.storage_.push_back(st.handle);  // within the room check() made: the i-th
+    out.storage_.push_back(st.handle);  // within the room made before the checks
+    unlock(b);
   }
+}
+
+inline void FastPath::unlock(Buffer& b) noexcept {
+  b.ops_.batch = nullptr;
+  b.mutex_.unlock();
 }
 
 }  // namespace memlayer::engine

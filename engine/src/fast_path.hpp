@@ -34,18 +34,23 @@ class FastPath {
 
  private:
   using Storage = Buffer::Storage;
-  // Locks the buffers of `uses` in their order, each remembering statuses
-  // in `memo` (maybe nullptr); returns how many it locked (all, or up to
-  // the first it must not wait for).
-  static std::size_t lock(std::span<const BufferUse> uses, RefBatch* memo) noexcept;
-  static void unlock(std::span<const BufferUse> uses) noexcept;
-  // Checks every buffer and makes the room the commit needs; how many
-  // waits the commit may add, or nullopt on a miss. Changes no content.
-  // Throws std::bad_alloc.
-  static std::optional<std::size_t> check(std::span<const BufferUse> uses, Location at);
-  // Appends each use's storage to out.storage_, in order, within the room made.
-  static void commit(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp, WaitList& waits,
-                     Submission& out) noexcept;
+  // Locks each buffer of `uses` in turn, remembering statuses in `memo`
+  // (maybe nullptr), and checks it, making the room the commit needs;
+  // `locked` counts the buffers locked as it goes (all, or up to the first
+  // that misses or that it must not wait for). How many waits the commit
+  // may add, or nullopt on a miss. Changes no content. Throws
+  // std::bad_alloc (`locked` says what to unlock).
+  static std::optional<std::size_t> lock_and_check(std::span<const BufferUse> uses, Location at, RefBatch* memo,
+                                                   std::size_t& locked);
+  // One buffer's check, under its lock; appends its storage to out.storage_
+  // (room made before).
+  static bool check(const BufferUse& u, Location at, std::size_t& waits);
+  // Records the command in every buffer, which it then unlocks, and
+  // appends each use's storage to out.storage_, in order, within the room
+  // made.
+  static void commit_and_unlock(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
+                                WaitList& waits, Submission& out) noexcept;
+  static void unlock(Buffer& b) noexcept;
 };
 
 }  // namespace memlayer::engine
