@@ -44,9 +44,8 @@ std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const Bu
     commit_and_unlock(uses, at, name, stamp, waits, out);
     waits.dedupe();
     out.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(name));
-  } else {
+  } else {  // `out` as it came: only the commit fills it
     for (const BufferUse& u : uses.first(locked)) unlock(*u.buffer);
-    out.clear();
   }
   if (memo != nullptr) memo->flush();
   if (name == nullptr && !failed) return engine.pipeline(uses, at, command, out);  // a miss

@@ -42,8 +42,8 @@ class FastPath {
   // std::bad_alloc (`locked` says what to unlock).
   static std::optional<std::size_t> lock_and_check(std::span<const BufferUse> uses, Location at, RefBatch* memo,
                                                    std::size_t& locked);
-  // One buffer's check, under its lock; appends its storage to out.storage_
-  // (room made before).
+  // One buffer's check, under its lock; adds to `waits` how many the
+  // commit may add for it.
   static bool check(const BufferUse& u, Location at, std::size_t& waits);
   // Records the command in every buffer, which it then unlocks, and
   // appends each use's storage to out.storage_, in order, within the room

@@ -9,15 +9,11 @@ void WaitList::add_new(Event name) {
   last_ = name;
   const Event e = table_.lease_host(name);
   if (e == nullptr) return;  // completed: nothing to wait for
-  if (out_.waits_.empty()) {
-    // the first: nothing to search (most commands wait for one event)
-  } else if (out_.waits_.size() < kSearched) {
-    if (std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) {
-      table_.end_lease(name);
-      return;
-    }
-  } else {
+  if (out_.waits_.size() >= kSearched) {
     unsearched_ = true;
+  } else if (!out_.waits_.empty() && std::find(out_.waits_.begin(), out_.waits_.end(), e) != out_.waits_.end()) {
+    table_.end_lease(name);  // (most commands wait for one event: the first is not searched for)
+    return;
   }
   out_.waits_.push_back(e);
   out_.leases_.push_back(name);

@@ -310,11 +310,10 @@ class Engine {
   /// Complexity: O(U) for U uses on the fast path; else O(U log U) (O(U)
   /// when they come sorted by buffer address, or name the same buffers in
   /// the same order as this Submission's previous enqueue: a kernel
-  /// enqueued again), plus the
-  /// planner's cost per buffer
-  /// (O(log spans + spans touched × locations)), plus one pass over the
-  /// engine's buffers per eviction, and per placement that finds the
-  /// location full one more and the host's Host::hole_victims; and, once
+  /// enqueued again), plus the planner's cost per buffer (O(log spans +
+  /// spans touched × locations)), plus one pass over the engine's buffers
+  /// per eviction, and per placement that finds the location full one
+  /// more and the host's Host::hole_victims; and, once
   /// the failed commands the engine's records may still name have doubled
   /// (256 at first), one pass over every name the buffers hold to let go of
   /// those none names (doc/engine.md, event names).

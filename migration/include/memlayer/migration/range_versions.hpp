@@ -390,6 +390,7 @@ class RangeVersions {
   void commit_undo_write_back(const Copy& c, Event e);
   void make_room(Span& s, std::uint32_t holders, std::uint32_t readers);
   bool fast_trim(bool for_write);
+  std::size_t fast_prepared(SpanMap::iterator it, bool for_write, Event ready);
 
   // What fast_prepare() and fast_commit() use comes first, together: a
   // command with many buffers touches it in each (the engine's Buffer
@@ -491,12 +492,7 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
     Span& s = it->second;
     if (!for_write || s.readers.empty()) [[likely]] {
       if (ops_.failed(s.last_writer)) return std::nullopt;
-      if (for_write) detail::reserve_more(undo_, 1);
-      else s.readers.reserve(s.readers.size() + 1);
-      fast_span_ = it;
-      fast_ready_ = nullptr;
-      fast_narrow_ = true;
-      return 2;
+      return fast_prepared(it, for_write, nullptr);
     }
   }
   const auto it = exact_span(std::span(&use, 1));
@@ -515,6 +511,14 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
   const Holder* h = nullptr;
   if (!settled_at(s, for_write, at, h)) return std::nullopt;
   if (h == nullptr && reads_old_content(use.access)) return std::nullopt;
+  return fast_prepared(it, for_write, h != nullptr && h->ready != s.last_writer ? h->ready : nullptr);
+}
+
+// fast_prepare()'s end, once span `it` is known to take the use: room for
+// what fast_commit() adds, and what it must know. `ready`: what made the
+// copy at the location valid, if not the last writer.
+inline std::size_t RangeVersions::fast_prepared(SpanMap::iterator it, bool for_write, Event ready) {
+  Span& s = it->second;
   if (!for_write) s.readers.reserve(s.readers.size() + 1);  // room for the command as a reader
   const bool narrow = fits_narrow(s);
   if (for_write) {
@@ -522,7 +526,7 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
     if (!narrow) reserve_wide(1);
   }
   fast_span_ = it;
-  fast_ready_ = h != nullptr && h->ready != s.last_writer ? h->ready : nullptr;
+  fast_ready_ = ready;
   fast_narrow_ = narrow;
   return 2 + (for_write ? s.readers.size() : 0);
 }
