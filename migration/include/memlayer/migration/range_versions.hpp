@@ -417,6 +417,11 @@ class RangeVersions {
   static constexpr Location kNotSteady = kMaxLocations;
   Location steady_at_ = kNotSteady;
   void leave_steady() noexcept { steady_at_ = kNotSteady; }
+  // fast_prepare() took the steady route for a write: fast_commit() is a
+  // steady_write().
+  bool fast_steady_write_ = false;
+  template <class Wait>
+  void steady_write(Event command, Wait& wait);
   std::uint64_t bytes_lost_ = 0;
   std::vector<std::uint64_t> cuts_;  // for_each_piece's scratch
   bool cut_in_plan_ = false;         // prepare_commit() cut spans: commit() merges
@@ -492,7 +497,12 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
     Span& s = it->second;
     if (!for_write || s.readers.empty()) [[likely]] {
       if (ops_.failed(s.last_writer)) return std::nullopt;
-      return fast_prepared(it, for_write, nullptr);
+      if (!for_write) return fast_prepared(it, false, nullptr);
+      // The steady write: narrow (no readers, one holder), waiting only for
+      // the last writer; fast_commit() records it with steady_write().
+      detail::reserve_more(undo_, 1);
+      fast_steady_write_ = true;
+      return 1;
     }
   }
   const auto it = exact_span(std::span(&use, 1));
@@ -528,11 +538,16 @@ inline std::size_t RangeVersions::fast_prepared(SpanMap::iterator it, bool for_w
   fast_span_ = it;
   fast_ready_ = ready;
   fast_narrow_ = narrow;
+  fast_steady_write_ = false;
   return 2 + (for_write ? s.readers.size() : 0);
 }
 
 template <class Wait>
 void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait&& wait) {
+  if (fast_steady_write_) [[likely]] {
+    steady_write(command, wait);
+    return;
+  }
   Span& s = fast_span_->second;
   if (s.last_writer != nullptr) wait(s.last_writer);
   if (fast_ready_ != nullptr) wait(fast_ready_);
@@ -543,6 +558,22 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
   for (Event r : s.readers) wait(r);
   write_span(s, fast_span_->first, use.size, next_version_++, at, command, fast_narrow_);
   steady_at_ = use.size == size_ ? at : kNotSteady;
+}
+
+// write_span() of the whole buffer in the steady state (steady_at_), which
+// it keeps: the span's one holder, at steady_at_, is made ready by the
+// command, and the record of what it was is narrow (fast_prepare() saw no
+// reader). The fields write_span() sets and the state already has (the
+// holder's location, `anywhere`) are left as they are.
+template <class Wait>
+void RangeVersions::steady_write(Event command, Wait& wait) {
+  Span& s = spans_.begin()->second;
+  if (s.last_writer != nullptr) wait(s.last_writer);
+  ops_.hold(command, 3);  // as write_span()
+  undo_.emplace_back(command, steady_at_, 0, size_, s);  // room made by fast_prepare()
+  s.holders.begin()->ready = command;
+  s.version = next_version_++;
+  s.last_writer = command;
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only
