@@ -524,8 +524,9 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
   return fast_prepared(it, for_write, h != nullptr && h->ready != s.last_writer ? h->ready : nullptr);
 }
 
-// fast_prepare()'s end, once span `it` is known to take the use: room for
-// what fast_commit() adds, and what it must know. `ready`: what made the
+// fast_prepare()'s end (but for the steady write, which needs only the
+// undo room), once span `it` is known to take the use: room for what
+// fast_commit() adds, and what it must know. `ready`: what made the
 // copy at the location valid, if not the last writer.
 inline std::size_t RangeVersions::fast_prepared(SpanMap::iterator it, bool for_write, Event ready) {
   Span& s = it->second;
