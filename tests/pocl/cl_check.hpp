@@ -203,6 +203,7 @@ struct MigrationStats {
   std::uint64_t evictions, eviction_bytes_written_back;
   std::uint64_t migrations_resourced, last_copy_retries;
   std::uint64_t enqueues, fast_path_enqueues;
+  std::uint64_t link_nodes_recycled, link_nodes_allocated;
   [[nodiscard]] std::uint64_t bytes() const { return d2h_bytes + h2d_bytes + d2d_bytes; }
   /// The bytes a step moved, each counted once whatever its path: what left
   /// devices (device to device, or to the host) or what arrived on them

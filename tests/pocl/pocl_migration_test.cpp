@@ -383,6 +383,43 @@ TEST_F(TwoDevices, AnInOrderQueueRunsItsCommandsInTurn) {
   EXPECT_EQ(std::count(va.begin(), va.end(), 1 | 4 | 8), static_cast<long>(kBytes));
 }
 
+// Every kernel below waits for the one before (its buffer's last writer),
+// which waits behind a user event: each links, two event nodes. PoCL frees
+// them when the kernel waited for ends; the engine's links take them back
+// (drivers/pocl/core/pocl_node_pool.hpp) rather than allocating, so that
+// past the first batches almost none is new. And the bytes are right.
+TEST_F(TwoDevices, TheLinksEventNodesAreRecycled) {
+  if (pocl_own_engine()) GTEST_SKIP() << "memlayer's engine only";
+  constexpr std::size_t kBytes = 256, kBatch = 64, kWarm = 2, kBatches = 20;
+  const std::vector<std::uint8_t> zeros(kBytes, 0);
+  Mem a = buffer(kBytes, zeros.data());
+  cl_mem m = a.get();
+  cl_int err = CL_SUCCESS;
+  std::uint8_t tag = 1;
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 0, sizeof m, &m));
+  CL_CHECK(clSetKernelArg(or_tag_.get(), 1, sizeof tag, &tag));
+  for (std::size_t batch = 0; batch < kBatches; ++batch) {
+    if (batch == kWarm) migration_stats(true);
+    Event gate(clCreateUserEvent(ctx_.get(), &err));
+    ASSERT_EQ(err, CL_SUCCESS);
+    cl_event g = gate.get();
+    for (std::size_t k = 0; k < kBatch; ++k)
+      CL_CHECK(clEnqueueNDRangeKernel(queue_[0].get(), or_tag_.get(), 1, nullptr, &kBytes, nullptr, k == 0 ? 1 : 0,
+                                      k == 0 ? &g : nullptr, nullptr));
+    CL_CHECK(clSetUserEventStatus(g, CL_COMPLETE));
+    CL_CHECK(clFinish(queue_[0].get()));
+  }
+  const MigrationStats st = migration_stats(true);
+  const std::uint64_t taken = st.link_nodes_recycled + st.link_nodes_allocated;
+  // At least two nodes per kernel that waited for a queued one.
+  EXPECT_GE(taken, 2 * (kBatches - kWarm) * (kBatch - 1));
+  // At most one batch's worth new (nodes PoCL had not yet freed when a
+  // batch began), against two per kernel without recycling.
+  EXPECT_LE(st.link_nodes_allocated, 2 * kBatch) << st.link_nodes_recycled << " recycled";
+  auto v = read<std::uint8_t>(1, m, kBytes);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 1), static_cast<long>(kBytes));
+}
+
 // A kernel that gets one buffer twice, read-only and writable, writes it:
 // the other device must see the result.
 TEST_F(TwoDevices, BufferPassedTwiceWithOneWritableUseIsAWrite) {

@@ -18,6 +18,8 @@ extern "C" {
 #include <span>
 #include <vector>
 
+#include "pocl_node_pool.hpp"
+
 #ifndef MEMLAYER_POCL_MAJOR
 #error "MEMLAYER_POCL_MAJOR is not set (drivers/pocl/core-tree.cmake sets it from PoCL's MAJOR_VERSION)"
 #endif
@@ -29,60 +31,80 @@ namespace memlayer::pocl_core::compat {
 /// out of host memory, returns with both still locked (3.1 and 7.1; a
 /// deadlock at the next lock of either): the adapter links through here
 /// instead, so that a link cannot fail once the nodes are held. The nodes
-/// left over go back to PoCL's pool with this object.
+/// held are a chain through their `next`; those left over go back as PoCL
+/// frees a node, with this object.
 class LinkNodes {
  public:
   LinkNodes() = default;
   LinkNodes(const LinkNodes&) = delete;
   LinkNodes& operator=(const LinkNodes&) = delete;
   ~LinkNodes() {
-    for (event_node* n : nodes_) pocl_mem_manager_free_event_node(n);
+    while (held_ != nullptr) {
+      event_node* n = held_;
+      held_ = n->next;
+      pocl_mem_manager_free_event_node(n);
+    }
   }
   /// Holds the nodes of `links` links in all. False when out of host
   /// memory; what it held stays held.
-  bool reserve(std::size_t links) { return nodes_.size() >= 2 * links || grow(links); }
-  /// One node; precondition: reserve() made room for the link it is for.
+  bool reserve(std::size_t links) { return count_ >= 2 * links || grow(links); }
+  /// One node, cleared; precondition: reserve() made room for the link it
+  /// is for.
   event_node* take() noexcept {
-    event_node* n = nodes_.back();
-    nodes_.pop_back();
+    event_node* n = held_;
+    held_ = n->next;
+    --count_;
+    *n = event_node{};
     return n;
   }
 
  private:
-  // reserve() when it must allocate, out of line: most commands that
-  // link nothing (or what the last one left) check a size only.
+  // reserve() when it holds too few, out of line: most commands find the
+  // nodes the pool gave last time.
   [[gnu::noinline]] bool grow(std::size_t links) {
-    try {
-      nodes_.reserve(2 * links);
-    } catch (const std::bad_alloc&) {
-      return false;
+    std::size_t taken = 0, made = 0;
+#ifndef USE_POCL_MEMMANAGER
+    // Those PoCL has freed since (pocl_node_pool.hpp), all at once.
+    if (event_node* chain = node_pool().take_all(taken)) {
+      event_node* last = chain;
+      while (last->next != nullptr) last = last->next;
+      last->next = held_;
+      held_ = chain;
+      count_ += taken;
     }
-    while (nodes_.size() < 2 * links) {
+#endif
+    bool enough = true;
+    while (count_ < 2 * links) {
       event_node* n = new_node();
-      if (n == nullptr) return false;
-      nodes_.push_back(n);  // within the capacity reserved above
+      if (n == nullptr) {
+        enough = false;
+        break;
+      }
+      n->next = held_;
+      held_ = n;
+      ++count_;
+      ++made;
     }
-    return true;
+    node_pool().took(taken, made);
+    return enough;
   }
 
   // One node PoCL frees as one of its own (pocl_mem_manager_free_event_node).
   // Built without PoCL's memory manager (Debian's 3.1, our 7.1), PoCL
-  // callocs each node and frees it with free(): glibc's calloc passes by
-  // the thread caches that malloc takes from first, about 200 instructions
-  // a node against 120 (two nodes per command that waits for anything:
-  // doc/performance.md, where the gap at one argument is), so the node
-  // comes from malloc, zeroed by hand. With the memory manager, its pool.
+  // callocs each node: glibc's calloc passes by the thread caches that
+  // malloc takes from first (≈ 200 instructions a node against 120:
+  // doc/performance.md, where the gap at one argument is), so a node the
+  // pool had none for comes from malloc. With the memory manager, its pool.
   static event_node* new_node() noexcept {
 #ifdef USE_POCL_MEMMANAGER
     return pocl_mem_manager_new_event_node();
 #else
-    auto* n = static_cast<event_node*>(std::malloc(sizeof(event_node)));
-    if (n != nullptr) *n = event_node{};
-    return n;
+    return static_cast<event_node*>(std::malloc(sizeof(event_node)));
 #endif
   }
 
-  std::vector<event_node*> nodes_;
+  event_node* held_ = nullptr;
+  std::size_t count_ = 0;
 };
 
 /// `waiting` (a command not yet enqueued) runs only after `notifier` has

@@ -1143,6 +1143,9 @@ void memlayer_pocl_get_migration_stats(memlayer_pocl_migration_stats* out, int r
   out->d2d_bytes = take(g_counters.bytes[ENQUEUE_MIGRATE_TYPE_D2D]);
   out->migrations_resourced = take(g_counters.resourced);
   out->last_copy_retries = take(g_counters.last_copy_retries);
+  const auto nodes = memlayer::pocl_core::node_pool().links_took(reset != 0);
+  out->link_nodes_recycled = nodes.recycled;
+  out->link_nodes_allocated = nodes.allocated;
   uint64_t evictions = g_counters.retired_evictions, written = g_counters.retired_written_back;
   uint64_t enqueues = g_counters.retired_enqueues, fast = g_counters.retired_fast_path;
   {

@@ -189,6 +189,9 @@ typedef struct memlayer_pocl_migration_stats
   /* memlayer's engine: commands it enqueued, and those its fast path took
    * (engine/include/memlayer/engine/engine.hpp: EngineStats) */
   uint64_t enqueues, fast_path_enqueues;
+  /* event nodes the engine's links took (pocl_node_pool.hpp): recycled
+   * from those PoCL freed, and newly allocated */
+  uint64_t link_nodes_recycled, link_nodes_allocated;
 } memlayer_pocl_migration_stats;
 
 __attribute__ ((visibility ("default"))) void
