@@ -67,7 +67,7 @@ void CommandTable::push_free(std::uint32_t first, std::uint32_t last) noexcept {
                                             std::memory_order_release, std::memory_order_relaxed));
 }
 
-bool CommandTable::pop_free(std::uint32_t& index) noexcept {
+inline bool CommandTable::pop_free(std::uint32_t& index) noexcept {
   std::uint64_t top = free_top_.load(std::memory_order_acquire);
   for (;;) {
     const auto top_index = static_cast<std::uint32_t>(top);
@@ -121,17 +121,6 @@ void CommandTable::discard(Event name) noexcept {
   recycle(index, s, gen_of(w));
 }
 
-EventStatus CommandTable::status(Event name) noexcept {
-  if (name == nullptr) return EventStatus::completed;
-  const std::uint32_t index = index_of(name), gen = gen_of(name);
-  Slot& s = slot(index);
-  std::uint64_t w = s.word.load(std::memory_order_acquire);
-  if (gen_of(w) != gen) return EventStatus::completed;
-  if (state_of(w) != kRunning) return status_of(state_of(w));
-  if ((w & kTold) != 0) return EventStatus::running;
-  return ask_host(index, s, gen);
-}
-
 // A look at a slot that read running with generation `gen`.
 EventStatus CommandTable::ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept {
   // Pinned, the slot keeps its event until this look is done (try_release).
@@ -176,39 +165,17 @@ Event CommandTable::retain_host(Event name) noexcept {
   return e;
 }
 
-Event CommandTable::lease_host(Event name) noexcept {
-  if (name == nullptr) return nullptr;
-  const std::uint32_t index = index_of(name), gen = gen_of(name);
-  Slot& s = slot(index);
-  if (const std::uint64_t w = s.word.load(std::memory_order_acquire); gen_of(w) != gen || state_of(w) == kCompleted)
-    return nullptr;
-  const std::uint64_t w = pin(s, gen);
-  if (gen_of(w) != gen || state_of(w) == kCompleted) {
-    unpin(index, s);
-    return nullptr;
-  }
-  return s.host;  // running or failed: the slot keeps it while pinned
-}
-
-// Pins slot `s` (a name of generation `gen`) and returns its word as seen
-// pinned. A failed slot that recycle_unnamed() is taking (kReleased, not
-// yet recycled) may or may not have seen this pin: it is waited out, until
-// it recycles the slot (another generation) or puts it back for this pin.
-std::uint64_t CommandTable::pin(Slot& s, std::uint32_t gen) noexcept {
+// pin()'s wait for a slot that recycle_unnamed() is taking: the pin that
+// saw it is dropped, and pins are tried again until it recycled the slot
+// or put it back.
+std::uint64_t CommandTable::pin_again(Slot& s, std::uint32_t gen) noexcept {
   for (;;) {
-    s.pins.fetch_add(1, std::memory_order_seq_cst);
-    const std::uint64_t w = s.word.load(std::memory_order_seq_cst);
-    const std::uint64_t st = state_of(w);
-    if ((w & kReleased) == 0 || gen_of(w) != gen || (st != kCancelled && st != kFailed)) return w;
     s.pins.fetch_sub(1, std::memory_order_seq_cst);  // nothing to release here: the taker does
     std::this_thread::yield();
+    s.pins.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint64_t w = s.word.load(std::memory_order_seq_cst);
+    if (!taking(w, gen)) return w;
   }
-}
-
-void CommandTable::unpin(std::uint32_t index, Slot& s) noexcept {
-  if (s.pins.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-      state_of(s.word.load(std::memory_order_seq_cst)) == kCompleted)
-    try_release(index, s);
 }
 
 // A completed slot nobody is looking into gives its event back and is

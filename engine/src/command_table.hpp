@@ -78,7 +78,16 @@ class CommandTable {
   /// How the command named stands (nullptr, or a recycled slot: completed).
   /// O(1): a load once the status is final, or while a told slot runs;
   /// else a call of Host::status.
-  [[nodiscard]] EventStatus status(Event name) noexcept;
+  [[nodiscard]] EventStatus status(Event name) noexcept {
+    if (name == nullptr) return EventStatus::completed;
+    const std::uint32_t index = index_of(name), gen = gen_of(name);
+    Slot& s = slot(index);
+    const std::uint64_t w = s.word.load(std::memory_order_acquire);
+    if (gen_of(w) != gen) return EventStatus::completed;
+    if (state_of(w) != kRunning) return status_of(state_of(w));
+    if ((w & kTold) != 0) return EventStatus::running;
+    return ask_host(index, s, gen);
+  }
   [[nodiscard]] bool finished(Event name) noexcept { return status(name) != EventStatus::running; }
   /// The command named has ended with `status`, as the caller knows without
   /// asking the host (Engine::ended, migration::EventOps::completed): a
@@ -98,7 +107,19 @@ class CommandTable {
   /// completed. For what one enqueue hands its caller (Submission::waits):
   /// a lease is two atomic operations, a host reference two host calls.
   /// O(1).
-  [[nodiscard]] Event lease_host(Event name) noexcept;
+  [[nodiscard]] Event lease_host(Event name) noexcept {
+    if (name == nullptr) return nullptr;
+    const std::uint32_t index = index_of(name), gen = gen_of(name);
+    Slot& s = slot(index);
+    if (const std::uint64_t w = s.word.load(std::memory_order_acquire); gen_of(w) != gen || state_of(w) == kCompleted)
+      return nullptr;
+    const std::uint64_t w = pin(s, gen);
+    if (gen_of(w) != gen || state_of(w) == kCompleted) {
+      unpin(index, s);
+      return nullptr;
+    }
+    return s.host;  // running or failed: the slot keeps it while pinned
+  }
   /// Ends a lease of lease_host(): a slot whose command completed
   /// meanwhile gives its event back now. O(1).
   void end_lease(Event name) noexcept {
@@ -153,12 +174,33 @@ class CommandTable {
     return chunks_[index >> kChunkBits].load(std::memory_order_acquire)[index & (kChunk - 1)];
   }
   EventStatus ask_host(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;
-  std::uint64_t pin(Slot& s, std::uint32_t gen) noexcept;
-  void unpin(std::uint32_t index, Slot& s) noexcept;
+  // Pins slot `s` (a name of generation `gen`) and returns its word as
+  // seen pinned. A failed slot that recycle_unnamed() is taking (kReleased,
+  // not yet recycled) may or may not have seen this pin: it is waited out
+  // (pin_again), until it recycles the slot (another generation) or puts
+  // it back for this pin. Inline: every wait an enqueue hands over pins.
+  std::uint64_t pin(Slot& s, std::uint32_t gen) noexcept {
+    s.pins.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint64_t w = s.word.load(std::memory_order_seq_cst);
+    if (!taking(w, gen)) [[likely]]
+      return w;
+    return pin_again(s, gen);
+  }
+  static bool taking(std::uint64_t w, std::uint32_t gen) noexcept {
+    const std::uint64_t st = state_of(w);
+    return (w & kReleased) != 0 && gen_of(w) == gen && (st == kCancelled || st == kFailed);
+  }
+  [[gnu::noinline]] std::uint64_t pin_again(Slot& s, std::uint32_t gen) noexcept;
+  // Inline: every lease an enqueue hands over ends here (end_lease).
+  void unpin(std::uint32_t index, Slot& s) noexcept {
+    if (s.pins.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        state_of(s.word.load(std::memory_order_seq_cst)) == kCompleted)
+      try_release(index, s);
+  }
   void try_release(std::uint32_t index, Slot& s) noexcept;
   void recycle(std::uint32_t index, Slot& s, std::uint32_t gen) noexcept;
   void push_free(std::uint32_t first, std::uint32_t last) noexcept;  // slots first..last, linked already
-  bool pop_free(std::uint32_t& index) noexcept;
+  [[gnu::always_inline]] bool pop_free(std::uint32_t& index) noexcept;
   bool grow() noexcept;  // under mutex_
   void look_again() noexcept;
 

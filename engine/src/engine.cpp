@@ -28,17 +28,6 @@ Engine::Engine(Host& host)
 
 Engine::~Engine() = default;
 
-std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Location at, Event command,
-                                            Submission& out) {
-  if (table_->failed_kept() >= sweep_at_.load(std::memory_order_relaxed)) [[unlikely]]
-    sweep_failed();
-  out.clear();
-  out.host_ = &host_;
-  out.table_ = table_.get();
-  if (fast_path_on_.load(std::memory_order_relaxed)) return FastPath::enqueue(*this, uses, at, command, out);
-  return pipeline(uses, at, command, out);
-}
-
 std::optional<EnqueueError> Engine::pipeline(std::span<const BufferUse> uses, Location at, Event command,
                                              Submission& out) {
   return Transaction(*this, uses, at, command, out).run();

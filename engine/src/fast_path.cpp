@@ -18,7 +18,7 @@ namespace memlayer::engine {
 // nothing. A buffer the second pass has unlocked may be taken by another
 // command at once: that one comes after this one there, and waits for the
 // buffers this one still holds, as for any buffer held.
-std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
+inline std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
                                               Event command, Submission& out) {
   // The statuses looked up are remembered for the command's other buffers,
   // which mostly share their last writer; a lone buffer has none to share
@@ -105,6 +105,18 @@ void FastPath::commit_and_unlock(std::span<const BufferUse> uses, Location at, E
 inline void FastPath::unlock(Buffer& b) noexcept {
   b.ops_.batch = nullptr;
   b.mutex_.unlock();
+}
+
+// Here, beside the fast path, which it inlines: one call less per enqueue.
+std::optional<EnqueueError> Engine::enqueue(std::span<const BufferUse> uses, Location at, Event command,
+                                            Submission& out) {
+  if (table_->failed_kept() >= sweep_at_.load(std::memory_order_relaxed)) [[unlikely]]
+    sweep_failed();
+  out.clear();
+  out.host_ = &host_;
+  out.table_ = table_.get();
+  if (fast_path_on_.load(std::memory_order_relaxed)) return FastPath::enqueue(*this, uses, at, command, out);
+  return pipeline(uses, at, command, out);
 }
 
 }  // namespace memlayer::engine

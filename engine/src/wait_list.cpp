@@ -19,8 +19,7 @@ void WaitList::add_new(Event name) {
   out_.leases_.push_back(name);
 }
 
-void WaitList::dedupe() noexcept {
-  if (!unsearched_) return;
+void WaitList::sort_out() noexcept {
   std::vector<Event>& w = out_.waits_;
   std::sort(w.begin(), w.end());
   auto kept = w.begin();

@@ -37,10 +37,14 @@ class WaitList {
   }
   /// Drops what add() left twice in a long list. O(waits log waits) then,
   /// else O(1).
-  void dedupe() noexcept;
+  void dedupe() noexcept {
+    if (unsearched_) [[unlikely]]
+      sort_out();
+  }
 
  private:
   void add_new(Event name);
+  void sort_out() noexcept;
 
   CommandTable& table_;
   Submission& out_;

@@ -162,17 +162,17 @@ long read_link_limit() {
 
 const long g_link_limit = read_link_limit();
 
-bool within_link_limit(std::size_t more) {
-  const long limit = g_link_limit;
-  if (limit < 0 || more == 0) return true;
+// Under a limit (tests only), out of line.
+[[gnu::noinline]] bool within_link_limit(std::size_t more) {
   static std::atomic<unsigned long> reserved{0};
-  return reserved.fetch_add(more) + more <= static_cast<unsigned long>(limit);
+  return reserved.fetch_add(more) + more <= static_cast<unsigned long>(g_link_limit);
 }
 
 // Makes `nodes` hold the nodes of `total` links, `more` of them new to the
-// caller's count. False when out of host memory.
-bool reserve_links(compat::LinkNodes& nodes, std::size_t more, std::size_t total) {
-  return within_link_limit(more) && nodes.reserve(total);
+// caller's count. False when out of host memory. Inline: two per command.
+inline bool reserve_links(compat::LinkNodes& nodes, std::size_t more, std::size_t total) {
+  if (g_link_limit >= 0 && more != 0 && !within_link_limit(more)) return false;
+  return nodes.reserve(total);
 }
 
 // A copy made and not started: CopyHandle::host_data.
@@ -717,7 +717,15 @@ inline BufferState* buffer_state(ContextState& cs, cl_mem mem) {
 // ---- one command ------------------------------------------------------------
 
 // Per-thread scratch: once warm, an enqueue allocates nothing here.
+struct Scratch;
+// What every command reads (scratch()): a plain pointer, no destructor, so
+// that its look is one __tls_get_addr and a load. The owner is t_scratch.
+thread_local Scratch* t_scratch_ptr = nullptr;
 struct Scratch {
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { t_scratch_ptr = nullptr; }
   std::vector<memlayer::engine::BufferUse> uses;
   std::vector<cl_mem> mems;  // the command's buffers
   // 3.1: the buffers of the last command with many, as given and each
@@ -745,20 +753,24 @@ struct Scratch {
 // with the thread.
 thread_local std::unique_ptr<Scratch> t_scratch;
 
-// Out of line: in a shared library each thread_local access is a call to
-// __tls_get_addr, and GCC recomputes the address at every use rather than
-// keep it in a register. nullptr out of host memory (the next call tries
-// again).
-[[gnu::noinline]] Scratch* scratch() noexcept {
-  std::unique_ptr<Scratch>& s = t_scratch;
-  if (s != nullptr) [[likely]]
-    return s.get();
+// The first command of a thread, out of line. nullptr out of host memory
+// (the next call tries again).
+[[gnu::noinline]] Scratch* make_scratch() noexcept {
   try {
-    s = std::make_unique<Scratch>();
+    t_scratch = std::make_unique<Scratch>();
   } catch (const std::bad_alloc&) {
     return nullptr;
   }
-  return s.get();
+  t_scratch_ptr = t_scratch.get();
+  return t_scratch_ptr;
+}
+
+// In a shared library each thread_local access is a call to __tls_get_addr,
+// which GCC makes again at every use: one here, per command.
+inline Scratch* scratch() noexcept {
+  if (Scratch* s = t_scratch_ptr) [[likely]]
+    return s;
+  return make_scratch();
 }
 constexpr const char* kNoScratch = "memlayer migration: no host memory for this thread's scratch\n";
 
