@@ -65,9 +65,8 @@ class LinkNodes {
     std::size_t taken = 0, made = 0;
 #ifndef USE_POCL_MEMMANAGER
     // Those PoCL has freed since (pocl_node_pool.hpp), all at once.
-    if (event_node* chain = node_pool().take_all(taken)) {
-      event_node* last = chain;
-      while (last->next != nullptr) last = last->next;
+    event_node* last = nullptr;
+    if (event_node* chain = node_pool().take_all(taken, last)) {
       last->next = held_;
       held_ = chain;
       count_ += taken;

@@ -1058,10 +1058,12 @@ cl_int pocl_ml_create_command(_cl_command_node** cmd, cl_command_queue command_q
   }
   std::span<cl_mem> mems = sc.many_once;  // again: the last list
   if (!again && num_buffers <= 8) {
-    auto end = sc.mems.begin();
-    for (cl_mem m : sc.mems)
-      if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
-    sc.mems.erase(end, sc.mems.end());
+    if (num_buffers > 1) {  // (one is once)
+      auto end = sc.mems.begin();
+      for (cl_mem m : sc.mems)
+        if (std::find(sc.mems.begin(), end, m) == end) *end++ = m;
+      sc.mems.erase(end, sc.mems.end());
+    }
     mems = sc.mems;
   } else if (!again) {
     sc.many_given.clear();  // first: out of memory below, no stale list is reused

@@ -11,7 +11,8 @@ namespace memlayer::pocl_core {
 
 NodePool::~NodePool() {
   std::size_t count = 0;
-  for (event_node* n = take_all(count); n != nullptr;) {
+  event_node* last = nullptr;
+  for (event_node* n = take_all(count, last); n != nullptr;) {
     event_node* next = n->next;
     std::free(n);
     n = next;
@@ -30,11 +31,15 @@ void NodePool::give(event_node* n) noexcept {
   kept_.fetch_add(1, std::memory_order_relaxed);
 }
 
-event_node* NodePool::take_all(std::size_t& count) noexcept {
+event_node* NodePool::take_all(std::size_t& count, event_node*& last) noexcept {
   count = 0;
+  last = nullptr;
   if (top_.load(std::memory_order_relaxed) == nullptr) return nullptr;
   event_node* chain = top_.exchange(nullptr, std::memory_order_acquire);
-  for (event_node* n = chain; n != nullptr; n = n->next) ++count;
+  for (event_node* n = chain; n != nullptr; n = n->next) {
+    last = n;
+    ++count;
+  }
   kept_.fetch_sub(static_cast<std::int64_t>(count), std::memory_order_relaxed);
   return chain;
 }

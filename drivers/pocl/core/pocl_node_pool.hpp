@@ -44,9 +44,9 @@ class NodePool {
   /// anywhere), or frees it when kMost are kept. O(1), lock-free.
   void give(event_node* n) noexcept;
   /// Every node kept, as a chain through `next` (nullptr: none), its length
-  /// in `count`; the pool is left empty. The nodes' fields are stale: a
-  /// taker clears each before use. O(count).
-  [[nodiscard]] event_node* take_all(std::size_t& count) noexcept;
+  /// in `count` and its last node in `last`; the pool is left empty. The
+  /// nodes' fields are stale: a taker clears each before use. O(count).
+  [[nodiscard]] event_node* take_all(std::size_t& count, event_node*& last) noexcept;
 
   /// What the links took (memlayer_pocl_get_migration_stats): nodes from
   /// this pool and nodes newly allocated. O(1).
