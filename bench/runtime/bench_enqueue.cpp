@@ -79,10 +79,13 @@ struct KernelOnDevice {
   }
 };
 
-void BM_RuntimeKernelEnqueue(benchmark::State& state) {
+// Batches of 64 kernels, the first behind a user event (so that none runs
+// while the batch is enqueued), every buffer argument used as `access`.
+void kernel_enqueue(benchmark::State& state, migration::Access access) {
   auto ctx = one_sim_device();
   KernelOnDevice k(state, *ctx, static_cast<std::size_t>(state.range(0)));
   if (!k.ok) return;
+  for (KernelArg& a : k.args) a.access = access;
   constexpr int kBatch = 64;
   for (auto _ : state) {
     Event gate = ctx->create_user_event();
@@ -103,7 +106,13 @@ void BM_RuntimeKernelEnqueue(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
+void BM_RuntimeKernelEnqueue(benchmark::State& state) { kernel_enqueue(state, migration::Access::read_write); }
 BENCHMARK(BM_RuntimeKernelEnqueue)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
+
+// The same with every argument read only (a kernel's `const` buffers): each
+// enqueue adds a reader to each buffer rather than writing it.
+void BM_RuntimeKernelEnqueueRead(benchmark::State& state) { kernel_enqueue(state, migration::Access::read); }
+BENCHMARK(BM_RuntimeKernelEnqueueRead)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->UseManualTime();
 
 // Enqueues from several threads at once, each with its own queue and its
 // own N buffers on one shared context (commands on disjoint buffers never
