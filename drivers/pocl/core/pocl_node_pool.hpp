@@ -7,10 +7,11 @@
 // 3.1, our 7.1), the node came from malloc and went back with free on
 // another thread, so the enqueuing thread's malloc cache was always empty:
 // two trips to the arena per enqueue, ≈ 120 instructions each
-// (doc/performance.md, the event nodes). Our patches route PoCL's
-// pocl_mem_manager_free_event_node to pocl_ml_free_event_node
-// (pocl_memlayer_migration.h), which gives the node here; the adapter
-// takes them all at once when its own run short.
+// (doc/performance.md, "The event nodes recycled and the fixed steps
+// inline"). Our patches route PoCL's pocl_mem_manager_free_event_node to
+// pocl_ml_free_event_node (declared in PoCL's pocl_mem_management.h by the
+// patch, defined in pocl_node_pool.cpp), which gives the node here; the
+// adapter takes them all at once when its own run short.
 //
 // Thread-safety: give() and take_all() may be called from any thread at
 // once. The pool is a lock-free stack that is only pushed one node at a
