@@ -19,7 +19,7 @@ namespace memlayer::engine {
 // command at once: that one comes after this one there, and waits for the
 // buffers this one still holds, as for any buffer held.
 inline std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
-                                              Event command, Submission& out) {
+                                                     Event command, Submission& out) {
   // The statuses looked up are remembered for the command's other buffers,
   // which mostly share their last writer; a lone buffer has none to share
   // them with, and a look is a load of the command table's slot.

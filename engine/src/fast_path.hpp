@@ -29,8 +29,9 @@ class FastPath {
   /// writers, which changes no content) and hands the command to the
   /// general pipeline (Engine::pipeline), which starts from the same state.
   /// O(uses), plus RangeVersions::fast_prepare's cost per buffer, on a hit.
-  [[gnu::always_inline]] static std::optional<EnqueueError> enqueue(Engine& engine, std::span<const BufferUse> uses, Location at,
-                                             Event command, Submission& out);
+  /// Inlined into Engine::enqueue, which fast_path.cpp defines beside it.
+  [[gnu::always_inline]] static std::optional<EnqueueError> enqueue(Engine& engine, std::span<const BufferUse> uses,
+                                                                    Location at, Event command, Submission& out);
 
  private:
   using Storage = Buffer::Storage;
