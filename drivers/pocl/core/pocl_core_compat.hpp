@@ -14,9 +14,7 @@ extern "C" {
 
 #include <cstddef>
 #include <cstdlib>
-#include <new>
 #include <span>
-#include <vector>
 
 #include "pocl_node_pool.hpp"
 
