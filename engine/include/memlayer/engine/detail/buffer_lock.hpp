@@ -2,44 +2,56 @@
 //
 // A kernel enqueue takes and releases one per buffer argument, almost never
 // contended (two commands on the same buffer at the same instant), so the
-// uncontended path is what counts: one compare-exchange to lock, one
-// exchange to unlock, where std::mutex costs a call into pthreads each way
+// uncontended path is what counts: one compare-exchange to lock and one
+// plain store to unlock. std::mutex costs a call into pthreads each way
 // (about 110 instructions a pair, measured with callgrind on
-// memlayer-bench-pocl-migration) and 40 bytes. A waiter sleeps in the kernel
-// (std::atomic::wait: a futex on Linux), it does not spin. Meets the
-// Lockable requirements, so std::lock_guard and std::unique_lock take it.
-// The runtime takes it too where a lock is as short and as rarely
-// contended (lib/src/event_state.hpp: an event's anchor).
+// memlayer-bench-pocl-migration) and 40 bytes; an unlock that is an
+// exchange (a locked instruction, which waits for every store before it)
+// cost about 8 ns per buffer argument more than the store
+// (doc/performance.md, the runtime's enqueue cost).
+//
+// A waiter spins a little, then sleeps in the kernel (a futex) for at most
+// kNap at a time, counted in sleepers_ meanwhile; an unlock that sees a
+// sleeper wakes one. An unlock reads sleepers_ without a fence after its
+// store, so it may miss one that has just started sleeping; that one then
+// wakes when its nap ends and takes the lock: a missed wake-up costs at
+// most kNap, never a hang. Meets the Lockable requirements, so
+// std::lock_guard and std::unique_lock take it. Not fair: a waiter may be
+// overtaken. The runtime takes it too where a lock is as short and as
+// rarely contended (lib/src/event_state.hpp: an event's anchor).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 
 namespace memlayer::engine::detail {
 
 class BufferLock {
  public:
+  /// At most this long asleep before a waiter looks again.
+  static constexpr std::chrono::microseconds kNap{200};
+
   void lock() noexcept {
-    int expected = kFree;
-    if (!state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire, std::memory_order_relaxed))
-      lock_contended();
+    if (!try_lock()) lock_contended();
   }
   [[nodiscard]] bool try_lock() noexcept {
-    int expected = kFree;
-    return state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire, std::memory_order_relaxed);
+    int expected = 0;
+    return locked_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
   }
+  /// Waiters asleep or about to be: a diagnostic (tests). O(1).
+  [[nodiscard]] int sleepers() const noexcept { return sleepers_.load(std::memory_order_relaxed); }
   void unlock() noexcept {
-    if (state_.exchange(kFree, std::memory_order_release) == kWaiters) state_.notify_one();
+    locked_.store(0, std::memory_order_release);
+    if (sleepers_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      wake_one();
   }
 
  private:
-  static constexpr int kFree = 0, kLocked = 1, kWaiters = 2;  // kWaiters: locked, someone may sleep
+  void lock_contended() noexcept;  // engine/src/buffer_lock.cpp
+  void wake_one() noexcept;
 
-  void lock_contended() noexcept {
-    // Marking kWaiters before sleeping makes the holder's unlock wake one.
-    while (state_.exchange(kWaiters, std::memory_order_acquire) != kFree) state_.wait(kWaiters, std::memory_order_relaxed);
-  }
-
-  std::atomic<int> state_{kFree};
+  std::atomic<int> locked_{0};    // 1: held
+  std::atomic<int> sleepers_{0};  // waiters asleep, or about to be
 };
 
 }  // namespace memlayer::engine::detail
