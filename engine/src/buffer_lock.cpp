@@ -53,9 +53,13 @@ void BufferLock::lock_contended() noexcept {
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void BufferLock::wake_one() noexcept {
+void BufferLock::wake_one(std::atomic<int>* word) noexcept {
 #ifdef __linux__
-  syscall(SYS_futex, futex_word(locked_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  // Should the memory be gone or reused, the wake finds no sleeper, or wakes
+  // one early: every futex sleeper here looks again when woken.
+  syscall(SYS_futex, futex_word(*word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+#else
+  (void)word;
 #endif
 }
 

@@ -30,7 +30,7 @@ inline std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<c
   std::optional<EnqueueError> failed;
   WaitList waits(*engine.table_, out);
   try {
-    migration::detail::reserve_more(out.storage_, uses.size());
+    out.storage_.resize(uses.size());  // the commit writes each use's in place
     if (const auto n = lock_and_check(uses, at, memo, locked)) {
       waits.reserve(*n);
       name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
@@ -46,6 +46,7 @@ inline std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<c
     out.command_ = static_cast<CommandName>(reinterpret_cast<std::uintptr_t>(name));
   } else {  // `out` as it came: only the commit fills it
     for (const BufferUse& u : uses.first(locked)) unlock(*u.buffer);
+    out.storage_.clear();
   }
   if (memo != nullptr) memo->flush();
   if (name == nullptr && !failed) return engine.pipeline(uses, at, command, out);  // a miss
@@ -89,6 +90,7 @@ inline bool FastPath::check(const BufferUse& u, Location at, std::size_t& waits)
 
 void FastPath::commit_and_unlock(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
                                  WaitList& waits, Submission& out) noexcept {
+  StorageHandle* handle = out.storage_.data();
   for (const BufferUse& u : uses) {
     Buffer& b = *u.buffer;
     Storage& st = b.storage_[at];
@@ -97,7 +99,7 @@ void FastPath::commit_and_unlock(std::span<const BufferUse> uses, Location at, E
     // until it has finished (Buffer::users_at()).
     if (!migration::writes(u.use.access)) b.add_user(st, name);
     st.last_use = stamp;
-    out.storage_.push_back(st.handle);  // within the room made before the checks
+    *handle++ = st.handle;
     unlock(b);
   }
 }

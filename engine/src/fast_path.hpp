@@ -47,8 +47,8 @@ class FastPath {
   // commit may add for it.
   static bool check(const BufferUse& u, Location at, std::size_t& waits);
   // Records the command in every buffer, which it then unlocks, and
-  // appends each use's storage to out.storage_, in order, within the room
-  // made.
+  // writes each use's storage into out.storage_ (sized to the uses before
+  // the checks), in order.
   static void commit_and_unlock(std::span<const BufferUse> uses, Location at, Event name, std::uint64_t stamp,
                                 WaitList& waits, Submission& out) noexcept;
   static void unlock(Buffer& b) noexcept;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -73,6 +74,28 @@ TEST(EngineBufferLock, ASleepingWaiterTakesTheLockOnceReleased) {
   waiter.join();
   EXPECT_TRUE(took.load());
   EXPECT_EQ(l.sleepers(), 0);
+}
+
+// The thread that takes the lock next may destroy it at once (~Buffer
+// takes its buffer's lock last, then frees it): the unlock that let it go
+// reads nothing of it after. (ThreadSanitizer reports the read as a race
+// with the delete when an unlock looks for sleepers after its store.)
+TEST(EngineBufferLock, MayBeDestroyedByTheNextHolderAtOnce) {
+  for (int i = 0; i < 200; ++i) {
+    auto owned = std::make_unique<BufferLock>();
+    BufferLock* const l = owned.get();
+    l->lock();
+    std::thread next([owned = std::move(owned)]() mutable {
+      owned->lock();
+      owned->unlock();
+      owned.reset();
+    });
+    if (i % 2 == 0) {  // half the time with the next one asleep
+      while (l->sleepers() == 0) std::this_thread::yield();
+    }
+    l->unlock();
+    next.join();
+  }
 }
 
 }  // namespace

@@ -297,6 +297,14 @@ class RangeVersions {
           anywhere(s.anywhere), has_holder(!s.holders.empty()) {
       if (has_holder) holder_at = s.holders[0].where, holder_ready = s.holders[0].ready;
     }
+    // The record of the steady write (steady_write()): span `s` was the
+    // whole buffer of `n` bytes, held at `where` alone, made ready there by
+    // its last writer. The same record as above, from what the caller has
+    // at hand rather than from the span's lists.
+    struct Steady {};
+    Undo(Steady, Event w, Location where, std::uint64_t n, std::uint64_t before_version, Event before_writer) noexcept
+        : writer(w), at(where), size(n), version(before_version), last_writer(before_writer), holder_at(where),
+          has_holder(true), holder_ready(before_writer) {}
     Event writer = nullptr;
     Location at = 0;             // where the writer runs
     std::uint32_t wide = kNarrow;  // the span before is wide_[wide], or kNarrow: the fields below
@@ -571,7 +579,7 @@ void RangeVersions::steady_write(Event command, Wait& wait) {
   Span& s = spans_.begin()->second;
   if (s.last_writer != nullptr) wait(s.last_writer);
   ops_.hold(command, 3);  // as write_span()
-  undo_.emplace_back(command, steady_at_, 0, size_, s);  // room made by fast_prepare()
+  undo_.emplace_back(Undo::Steady{}, command, steady_at_, size_, s.version, s.last_writer);  // room made by fast_prepare()
   s.holders.begin()->ready = command;
   s.version = next_version_++;
   s.last_writer = command;

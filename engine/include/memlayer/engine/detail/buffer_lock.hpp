@@ -12,10 +12,10 @@
 //
 // A waiter spins a little, then sleeps in the kernel (a futex) for at most
 // kNap at a time, counted in sleepers_ meanwhile; an unlock that sees a
-// sleeper wakes one. An unlock reads sleepers_ without a fence after its
-// store, so it may miss one that has just started sleeping; that one then
-// wakes when its nap ends and takes the lock: a missed wake-up costs at
-// most kNap, never a hang. Meets the Lockable requirements, so
+// sleeper wakes one. An unlock reads sleepers_ just before its store, with
+// no fence, so it may miss one that has just started sleeping; that one
+// then wakes when its nap ends and takes the lock: a missed wake-up costs
+// at most kNap, never a hang. Meets the Lockable requirements, so
 // std::lock_guard and std::unique_lock take it. Not fair: a waiter may be
 // overtaken. The runtime takes it too where a lock is as short and as
 // rarely contended (lib/src/event_state.hpp: an event's anchor).
@@ -41,14 +41,21 @@ class BufferLock {
   /// Waiters asleep or about to be: a diagnostic (tests). O(1).
   [[nodiscard]] int sleepers() const noexcept { return sleepers_.load(std::memory_order_relaxed); }
   void unlock() noexcept {
-    locked_.store(0, std::memory_order_release);
-    if (sleepers_.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      wake_one();
+    // Nothing of the lock is read once it is let go: the next holder may
+    // destroy it at once (~Buffer takes its buffer's lock last). So whether
+    // to wake is read before, and the wake-up needs only the address.
+    const bool wake = sleepers_.load(std::memory_order_relaxed) != 0;
+    std::atomic<int>* const word = &locked_;
+    word->store(0, std::memory_order_release);
+    if (wake) [[unlikely]]
+      wake_one(word);
   }
 
  private:
   void lock_contended() noexcept;  // engine/src/buffer_lock.cpp
-  void wake_one() noexcept;
+  // Wakes one sleeper on `word` (a futex wake: a system call with the
+  // address, no access to the memory, which may be gone by then).
+  static void wake_one(std::atomic<int>* word) noexcept;
 
   std::atomic<int> locked_{0};    // 1: held
   std::atomic<int> sleepers_{0};  // waiters asleep, or about to be
