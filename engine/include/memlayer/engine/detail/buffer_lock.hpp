@@ -7,8 +7,9 @@
 // (about 110 instructions a pair, measured with callgrind on
 // memlayer-bench-pocl-migration) and 40 bytes; an unlock that is an
 // exchange (a locked instruction, which waits for every store before it)
-// cost about 8 ns per buffer argument more than the store
-// (doc/performance.md, the runtime's enqueue cost).
+// makes a pair cost 1.4-1.8 times as much (memlayer-bench-enqueue:
+// BM_BufferLockPair, BM_ExchangeUnlockPair; doc/performance.md, the
+// buffer's unlock a store).
 //
 // A waiter spins a little, then sleeps in the kernel (a futex) for at most
 // kNap at a time, counted in sleepers_ meanwhile; an unlock that sees a
