@@ -88,7 +88,6 @@ bool add_engine_waits(CommandNode& node, std::span<const engine::Event> waits, s
 
 // Per thread, so an enqueue allocates nothing in it once warm.
 struct Scratch {
-  std::vector<engine::BufferUse> uses;
   engine::Submission submission;
 };
 thread_local Scratch t_scratch;
@@ -143,6 +142,14 @@ Result<Event> ContextState::enqueue_or_throw(QueueState& queue, CommandSpec spec
   }
   auto node = make_node(spec.device, std::move(spec.work));
   node->targets.resize(spec.uses.size());
+  node->context = queue.context;
+  // At the host location the work uses the buffers' own memory (their host
+  // copies): it holds them (CommandNode::held).
+  if (spec.at == kHost) {
+    node->held.reserve(spec.uses.size());
+    for (const engine::BufferUse& u : spec.uses)
+      node->held.push_back(static_cast<BufferState*>(u.buffer->cookie())->shared_from_this());
+  }
   // Queue order adds one more (in-order) or a few: try_enqueue() sees.
   reserve_deps(*node, wait.size() + spec.uses.size() + kSpareDeps + 1);
   for (const Event& e : wait) add_dep(*node, e.state(), true);
@@ -175,9 +182,7 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, Comman
     std::lock_guard queue_lock(queue.mutex);
     make_room_in_queue(queue, spec.barrier, *node, spec.uses.size() + kSpareDeps);
     if (!spec.uses.empty()) {
-      sc.uses.clear();
-      for (const BufferUse& u : spec.uses) sc.uses.push_back({&u.parent->tracked, u.use});
-      if (auto failed = engine.enqueue(sc.uses, spec.at, node->event.get(), sc.submission)) {
+      if (auto failed = engine.enqueue(spec.uses, spec.at, node->event.get(), sc.submission)) {
         if (failed->code == engine::EnqueueError::Code::device_busy) {
           busy = std::move(failed->message);
           return std::nullopt;
@@ -194,7 +199,6 @@ std::optional<Result<Event>> ContextState::try_enqueue(QueueState& queue, Comman
       if (wired) {
         for (std::size_t i = 0; i < spec.uses.size(); ++i)
           node->targets[i] = sc.submission.storage()[i] + spec.uses[i].use.offset;
-        node->uses = std::move(spec.uses);
       }
     }
     if (wired) order_in_queue(queue, spec.barrier, *node);

@@ -20,7 +20,9 @@
 namespace memlayer::runtime::detail {
 
 struct CommandSpec {
-  std::vector<BufferUse> uses;
+  // The parent buffers' (a sub-buffer is a range of one), as the engine
+  // takes them: the application's handles hold them through the enqueue.
+  std::vector<engine::BufferUse> uses;
   migration::Location at = migration::kHost;  // where the uses must be valid
   DeviceState* device = nullptr;              // whose workers run the work (nullptr: no work)
   /// The work, given where the uses' storage is (an address per use, in
@@ -84,8 +86,7 @@ class ContextState : public std::enable_shared_from_this<ContextState> {
   Result<Event> enqueue_or_throw(QueueState& queue, CommandSpec spec, std::span<const Event> wait);
   // One try of enqueue(): nullopt when the device had no room yet
   // (engine device_busy, its message in `busy`), with what to wait for in
-  // the thread's submission. Once committed, the node takes over the
-  // spec's buffer references (moved: no count changes per buffer).
+  // the thread's submission.
   std::optional<Result<Event>> try_enqueue(QueueState& queue, CommandSpec& spec,
                                            const std::shared_ptr<CommandNode>& node, std::string& busy);
 };

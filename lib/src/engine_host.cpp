@@ -235,7 +235,7 @@ engine::CopyHandle EngineHost::create_copy(const engine::CopyRequest& r) {
     const engine::Location runner = r.src == kHost ? r.dst : (r.dst == kHost ? r.src : r.dst);
     auto node = make_node(context_.by_location[runner], copy_work(context_, r, buffer->id()));
     reserve_deps(*node, r.after.size());  // submit_copy() must not fail
-    node->uses.push_back(BufferUse{std::move(buffer), {}});
+    node->held.push_back(std::move(buffer));
     engine::CopyHandle h;
     h.event = node->event.get();
     h.host_data = std::move(node);

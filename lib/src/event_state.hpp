@@ -27,16 +27,10 @@ enum class CommandName : std::uintptr_t;
 namespace memlayer::runtime::detail {
 
 class BufferState;
+class ContextState;
 class DeviceState;
 class EventState;
 struct CommandNode;
-
-/// One use of a buffer by a command: the parent buffer (a sub-buffer is a
-/// range of it) and the range and access (CommandSpec::uses).
-struct BufferUse {
-  std::shared_ptr<BufferState> parent;
-  migration::Use use;
-};
 
 std::uint64_t now_ns();
 
@@ -133,9 +127,14 @@ struct CommandNode {
   DeviceState* device = nullptr;  // whose workers run `work`
   std::atomic<int> pending{1};    // unresolved dependencies, plus one while being wired
   std::atomic<bool> ended{false};
-  // Its buffer uses (CommandSpec::uses; a copy's: its buffer): the
-  // buffers outlive it.
-  std::vector<BufferUse> uses;
+  // What its work needs alive until it has run. A command's context (its
+  // devices, its engine), once per command: the engine frees a buffer the
+  // application releases only after the commands that use its storage at
+  // a device (engine.hpp: ~Buffer), so those need no hold on it. The
+  // buffers whose host copy the work reads or writes (a command at the
+  // host location, a copy), which is the buffer's own memory.
+  std::shared_ptr<ContextState> context;
+  std::vector<std::shared_ptr<BufferState>> held;
   /// Its dependencies; never reallocated once one is wired (their links
   /// are threaded on the dependencies' events).
   std::vector<WaitLink> deps;

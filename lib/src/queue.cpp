@@ -12,7 +12,7 @@
 
 namespace memlayer::runtime {
 
-using detail::BufferUse;
+using engine::BufferUse;
 using detail::CommandSpec;
 using migration::Access;
 using migration::kHost;
@@ -45,7 +45,7 @@ Status check_range(const Buffer& b, std::uint64_t offset, std::uint64_t size, co
 }
 
 BufferUse use_of(const Buffer& b, std::uint64_t offset, std::uint64_t size, Access access) {
-  return BufferUse{b.parent(), migration::Use{b.offset() + offset, size, access}};
+  return BufferUse{&b.parent()->tracked, migration::Use{b.offset() + offset, size, access}};
 }
 
 // A box in `b` (offsets from b's start), checked to lie within it.
@@ -147,7 +147,7 @@ Result<Event> Queue::enqueue_copy(const Buffer& source, const Buffer& destinatio
   if (Status s = check_range(destination, destination_offset, size, "copy destination"); !s.ok()) return s;
   const BufferUse from = use_of(source, source_offset, size, Access::read);
   const BufferUse to = use_of(destination, destination_offset, size, Access::overwrite);
-  if (from.parent == to.parent && from.use.offset < to.use.offset + size && to.use.offset < from.use.offset + size)
+  if (from.buffer == to.buffer && from.use.offset < to.use.offset + size && to.use.offset < from.use.offset + size)
     return Status::error(cl::kInvalidValue, "copy: the source and destination ranges overlap");
   CommandSpec spec;
   spec.uses = {from, to};

@@ -138,6 +138,9 @@ void finish(const std::shared_ptr<EventState>& event, int status, std::string me
 
 void run(const std::shared_ptr<CommandNode>& node) noexcept {
   if (node->ended.exchange(true)) return;
+  // Until it has ended: its engine hears of it, and its dependents, which
+  // hold the context as well, are handed on.
+  const std::shared_ptr<ContextState> context = std::move(node->context);
   node->event->mark(cl::kRunning);
   Status s;
   if (node->work) {
@@ -148,17 +151,16 @@ void run(const std::shared_ptr<CommandNode>& node) noexcept {
     }
   }
   // The engine hears how it ended here: the work is done, so nothing need
-  // wait for it; and the buffers this node holds, which dropping the work
-  // and its uses below may let go (their context, and its engine, with
-  // them), are still held.
+  // wait for it.
   tell_engine(*node, s.ok()                ? engine::EventStatus::completed
                      : s.changed_nothing ? engine::EventStatus::cancelled
                                          : engine::EventStatus::failed);
   node->work = nullptr;  // drop captured buffers as soon as the work is done
   // Before the event completes: a buffer the application released is freed
   // by the time a wait on its last command returns, so its memory is
-  // available to whatever the application enqueues next.
-  node->uses.clear();
+  // available to whatever the application enqueues next (a buffer no node
+  // holds went when it was released, its storage fenced by its users).
+  node->held.clear();
   if (!s.ok() && s.changed_nothing) node->event->changed_nothing();
   finish(node->event, s.ok() ? cl::kComplete : (s.code < 0 ? s.code : cl::kOutOfResources), std::move(s.message));
 }

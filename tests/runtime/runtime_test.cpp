@@ -2,6 +2,7 @@
 // migrations, events, maps, memory pressure, failures.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -1113,6 +1114,68 @@ TEST(Runtime, ReleasingABufferWhileItsMigrationsAreInFlightIsSafe) {
   EXPECT_EQ(rig.ctx->stats().devices[1].live_blocks, 0u) << "the storage went with the last command";
 }
 
+// A command at a device holds no buffer: a buffer released while its
+// kernel waits goes at once, its storage fenced by that kernel. The device
+// has room for one buffer: the next is placed over the same bytes, and its
+// write waits for the kernel still to write the old ones. Nothing is
+// evicted (a kernel holding the buffer would make the write evict it, and
+// write its bytes back to the host for nobody).
+TEST(Runtime, AReleasedBuffersRoomIsTakenAfterItsQueuedKernel) {
+  drivers::SimOptions o;
+  o.memory_size = 64 << 10;
+  Rig rig = make_rig(1, o);
+  Event gate = rig.ctx->create_user_event();
+  Event kernel;
+  {
+    Buffer old_one = buffer(*rig.ctx, 64 << 10);
+    auto k = rig.queues[0]->enqueue_kernel(
+        [](std::span<void* const> t) {
+          std::memset(t[0], 0xAA, 64 << 10);
+          return Status{};
+        },
+        std::vector<KernelArg>{{old_one, Access::write}}, std::vector<Event>{gate});
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    kernel = k.value();
+  }
+  Buffer next = buffer(*rig.ctx, 64 << 10);
+  const auto data = pattern(64 << 10, 31);
+  auto w = rig.queues[0]->enqueue_write(next, 0, data.size(), data.data(), false);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_GT(kernel.status(), cl::kComplete) << "gated";
+  ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
+  ASSERT_EQ(w.value().wait(), cl::kComplete);
+  EXPECT_EQ(kernel.wait(), cl::kComplete);
+  EXPECT_EQ(read_all(*rig.queues[0], next), data) << "the kernel's bytes came before the write";
+  EXPECT_EQ(rig.ctx->stats().evictions, 0u);
+  EXPECT_EQ(rig.ctx->stats().bytes_migrated, 0u);
+}
+
+// A command at the host location works on the buffer's host copy, the
+// buffer's own memory: it holds the buffer until it has run (ASan sees a
+// use after free otherwise).
+TEST(Runtime, AHostCommandKeepsTheBufferItUses) {
+  Rig rig = make_rig(1, {}, true);
+  Queue& host = *rig.queues[1];
+  Event gate = rig.ctx->create_user_event();
+  const auto data = pattern(4096, 32);
+  std::vector<std::uint8_t> seen(4096);
+  Event kernel;
+  {
+    Buffer b = buffer(*rig.ctx, 4096, mem::kReadWrite | mem::kCopyHostPtr, const_cast<std::uint8_t*>(data.data()));
+    auto k = host.enqueue_kernel(
+        [&seen](std::span<void* const> t) {
+          std::memcpy(seen.data(), t[0], seen.size());
+          return Status{};
+        },
+        std::vector<KernelArg>{{b, Access::read}}, std::vector<Event>{gate});
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    kernel = k.value();
+  }
+  ASSERT_TRUE(gate.set_user_status(cl::kComplete).ok());
+  ASSERT_EQ(kernel.wait(), cl::kComplete);
+  EXPECT_EQ(seen, data);
+}
+
 TEST(Runtime, AFailedAllocationChangesNoVersion) {
   drivers::SimOptions o;
   o.memory_size = 1 << 20;
@@ -1163,10 +1226,11 @@ TEST(Runtime, UndefinedContentIsNeverCopied) {
 }
 
 // Buffers whose last handle goes while other threads' enqueues evict them.
-// The application's handle and the finishing command race to drop the last
-// reference; eviction must never be the one that destroys a buffer while it
-// holds the device's memory lock (the buffer's destructor takes that lock:
-// a self-deadlock). A watchdog turns a hang into a failure.
+// The application's handle and an eviction's write-back (a copy holds its
+// buffer) race to drop the last reference; eviction must never be the one
+// that destroys a buffer while it holds the device's memory lock (the
+// buffer's destructor takes that lock: a self-deadlock). A watchdog turns
+// a hang into a failure.
 TEST(Runtime, BuffersReleasedWhileEvictionsRunNeverDeadlock) {
   drivers::SimOptions o;
   o.memory_size = 256 << 10;
@@ -1179,10 +1243,13 @@ TEST(Runtime, BuffersReleasedWhileEvictionsRunNeverDeadlock) {
       threads.emplace_back([&, t] {
         auto q = rig.ctx->create_queue(0, true).value();
         const auto data = pattern(48 << 10, t);
+        // Two live per thread: six do not fit, so enqueues evict. A command
+        // at a device holds no buffer (the engine fences its storage): the
+        // handle dropped two rounds on races the write-backs holding it.
+        std::array<Buffer, 2> kept;
         for (int i = 0; i < kRounds; ++i) {
-          Buffer b = buffer(*rig.ctx, 48 << 10);
-          // Non-blocking, handle dropped at once: the command holds the last
-          // reference and drops it on a worker, while the next enqueues evict.
+          Buffer& b = kept[static_cast<std::size_t>(i) % kept.size()];
+          b = buffer(*rig.ctx, 48 << 10);
           auto w = q->enqueue_write(b, 0, data.size(), data.data(), false);
           if (!w) {
             if (w.error().code != cl::kMemObjectAllocationFailure) ++failures;
