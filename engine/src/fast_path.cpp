@@ -61,6 +61,7 @@ std::optional<std::size_t> FastPath::lock_and_check(std::span<const BufferUse> u
                                                     std::size_t& locked) {
   const Buffer* highest = nullptr;
   std::size_t waits = 0;
+  Event unfailed = nullptr;  // RangeVersions::fast_prepare
   for (const BufferUse& u : uses) {
     Buffer& b = *u.buffer;
     if (std::less<const Buffer*>{}(highest, &b)) {
@@ -71,17 +72,17 @@ std::optional<std::size_t> FastPath::lock_and_check(std::span<const BufferUse> u
     }
     b.ops_.batch = memo;
     ++locked;
-    if (!check(u, at, waits)) return std::nullopt;
+    if (!check(u, at, unfailed, waits)) return std::nullopt;
   }
   return waits;
 }
 
-inline bool FastPath::check(const BufferUse& u, Location at, std::size_t& waits) {
+inline bool FastPath::check(const BufferUse& u, Location at, Event& unfailed, std::size_t& waits) {
   Buffer& b = *u.buffer;
   Storage* st = b.storage_if_listed(at);
   // Fences wait until the general pipeline drops the ones that ended.
   if (st == nullptr || !st->allocated || !st->fences.empty()) return false;
-  const auto n = b.versions_.fast_prepare(u.use, at);
+  const auto n = b.versions_.fast_prepare(u.use, at, unfailed);
   if (!n) return false;
   if (!migration::writes(u.use.access)) migration::detail::reserve_more(st->users, 1);
   waits += *n;

@@ -45,7 +45,7 @@ class FastPath {
                                                    std::size_t& locked);
   // One buffer's check, under its lock; adds to `waits` how many the
   // commit may add for it.
-  static bool check(const BufferUse& u, Location at, std::size_t& waits);
+  static bool check(const BufferUse& u, Location at, Event& unfailed, std::size_t& waits);
   // Records the command in every buffer, which it then unlocks, and
   // writes each use's storage into out.storage_ (sized to the uses before
   // the checks), in order.

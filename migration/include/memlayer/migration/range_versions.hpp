@@ -135,7 +135,17 @@ class RangeVersions {
   /// (it drops the records of writers that completed, as plan() does).
   /// Preconditions as plan(). Throws std::bad_alloc, with no content
   /// changed. O(1) amortised, plus O(readers) for a write.
-  [[nodiscard]] std::optional<std::size_t> fast_prepare(const Use& use, Location at);
+  [[nodiscard]] std::optional<std::size_t> fast_prepare(const Use& use, Location at) {
+    Event none = nullptr;
+    return fast_prepare(use, at, none);
+  }
+  /// The same for a caller that prepares several buffers for one command,
+  /// holding each: `unfailed` is an event it has seen unfailed since it
+  /// took the first (nullptr: none), whose status is then not looked up
+  /// again, and is set to the last writer found unfailed. The buffers'
+  /// last writers then are one moment's statuses, as with EventOps::batch
+  /// (the buffers held name them: none is freed meanwhile).
+  [[nodiscard]] std::optional<std::size_t> fast_prepare(const Use& use, Location at, Event& unfailed);
   /// Records `use` by `command` at `at` as commit() would record plan()'s
   /// plan for it, right after a fast_prepare(use, at) that did not return
   /// nullopt, with no other call in between. Calls wait(e) first for each
@@ -494,7 +504,7 @@ inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32
 // The fast path: plan()'s exact-span case with nothing to fetch, settle or
 // forget, deciding only. Here, not in range_versions.cpp: the engine's loop
 // over a command's buffers inlines it, with no call per argument.
-inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at) {
+inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at, Event& unfailed) {
   const bool for_write = writes(use.access);
   // In the steady state at `at` (steady_at_), with room among the records,
   // the whole buffer's one span is settled unless its last writer failed:
@@ -504,7 +514,11 @@ inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Lo
     const auto it = spans_.begin();
     Span& s = it->second;
     if (!for_write || s.readers.empty()) [[likely]] {
-      if (ops_.failed(s.last_writer)) return std::nullopt;
+      // A command's buffers mostly share their last writer: one look.
+      if (s.last_writer != unfailed) {
+        if (ops_.failed(s.last_writer)) return std::nullopt;
+        unfailed = s.last_writer;
+      }
       if (!for_write) return fast_prepared(it, false, nullptr);
       // The steady write: narrow (no readers, one holder), waiting only for
       // the last writer; fast_commit() records it with steady_write().
