@@ -5,6 +5,7 @@
 // (fast_path.cpp) both fill one.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 
 #include "command_table.hpp"
@@ -26,13 +27,15 @@ class WaitList {
     migration::detail::reserve_more(out_.waits_, n);
     migration::detail::reserve_more(out_.leases_, n);
   }
-  /// Adds the command `name` names, unless it is nullptr, `self` (the
-  /// enqueue's own command), the name added last (a command's buffers
-  /// share their last writer: that look is inline) or completed. Within
-  /// reserve()'s room. O(1) amortised: a short list is searched, a long one
-  /// (a writer after many queued readers) is sorted once by dedupe().
+  /// Adds the command `name` names (never nullptr: RangeVersions::
+  /// fast_commit() reports none), unless it is `self` (the enqueue's own
+  /// command), the name added last (a command's buffers share their last
+  /// writer: that look is inline) or completed. Within reserve()'s room.
+  /// O(1) amortised: a short list is searched, a long one (a writer after
+  /// many queued readers) is sorted once by dedupe().
   void add(Event name, Event self) {
-    if (name == nullptr || name == self || name == last_) return;
+    assert(name != nullptr);
+    if (name == self || name == last_) return;
     add_new(name);
   }
   /// Drops what add() left twice in a long list. O(waits log waits) then,

@@ -60,12 +60,13 @@ struct EventOps {
   /// `n` references more / fewer to `e` (nothing for nullptr, nor when
   /// events need no counting: `retain` null, whatever `batch`). O(1).
   void hold(Event e, int n = 1) const {
-    if (e == nullptr || retain == nullptr) return;
+    // Events that need no counting first: one test, not two (the engine's).
+    if (retain == nullptr || e == nullptr) return;
     if (batch != nullptr) return batch->count(e, n);
     for (int i = 0; i < n; ++i) retain(context, e);
   }
   void drop(Event e, int n = 1) const {
-    if (e == nullptr || release == nullptr) return;
+    if (release == nullptr || e == nullptr) return;
     if (batch != nullptr) return batch->count(e, -n);
     for (int i = 0; i < n; ++i) release(context, e);
   }
