@@ -1000,6 +1000,47 @@ TEST_F(EngineTest, StorageAFastPathWriterHasStillToWriteIsReusedOnlyAfterIt) {
   host_.run_all();
 }
 
+// More unfinished writers on one buffer than the undo records it keeps
+// (RangeVersions::kMaxUndo, 1,024): the oldest writers' records are
+// forgotten while they are still to run, and no record names them. The
+// later writers, which wait for them, may end first: the runtime fails a
+// node at once when any dependency fails (here: the test ends them). The
+// storage freed with the buffer must still wait for the oldest writer
+// (Transaction::keep_forgotten_writers makes it a user of the storage),
+// or what is placed over it next runs before that writer writes.
+TEST_F(EngineTest, StorageWaitsForAWriterWhoseUndoRecordWasForgotten) {
+  Buffer& a = make(64, false);
+  ASSERT_NE(enqueue({{&a, {0, 64, Access::read_write}}}, 1), nullptr);
+  host_.run_all();
+  Task& gate = host_.user_event();
+  Task& first = host_.command(nullptr);
+  ASSERT_FALSE(engine_->enqueue({{{&a, {0, 64, Access::read_write}}}}, 1, &first, sub_));
+  const std::vector<Task*> gated{&gate};
+  host_.start(first, sub_.waits(), gated);
+  sub_.clear();
+  std::vector<Task*> later;
+  for (int i = 0; i < 1100; ++i) {
+    later.push_back(enqueue({{&a, {0, 64, Access::read_write}}}, 1));
+    ASSERT_NE(later.back(), nullptr) << "writer " << i;
+    sub_.clear();
+  }
+  for (Task* t : later) {  // failed without running: they wrote nothing
+    t->done = true;
+    t->outcome = EventStatus::cancelled;
+  }
+  buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &a; }));
+  Buffer& b = make(8 << 10, false);  // the whole device: over a's storage
+  Task* next = enqueue({{&b, {0, 8 << 10, Access::overwrite}}}, 1);
+  ASSERT_NE(next, nullptr);
+  sub_.clear();
+  host_.run_some(100);
+  EXPECT_FALSE(next->done) << "ran over the storage the oldest writer has still to write";
+  host_.end_user(gate, true);
+  host_.run_all();
+  EXPECT_TRUE(first.done);
+  EXPECT_TRUE(next->done);
+}
+
 // Each use's storage comes back in the order the uses were given, whether
 // the engine sorts them, reuses the order of a command with the same
 // buffers (a kernel enqueued again), or sorts again for the same buffers in
