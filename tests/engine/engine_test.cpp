@@ -52,6 +52,17 @@ class EngineTest : public ::testing::Test {
     return &cmd;
   }
 
+  // The same for a command that also waits for `gate` (a user event):
+  // queued until the test ends the gate. Never fails.
+  Task& enqueue_behind(Task& gate, std::vector<BufferUse> uses, Location at) {
+    Task& cmd = host_.command(nullptr);
+    const auto failed = engine_->enqueue(uses, at, &cmd, sub_);
+    EXPECT_FALSE(failed) << failed->message;
+    const std::vector<Task*> gated{&gate};
+    host_.start(cmd, sub_.waits(), gated);
+    return cmd;
+  }
+
   // Overwrites all of `b` with `v` on device 1: a command the host runs
   // when the test runs its tasks.
   void write(Buffer& b, std::uint8_t v) {
@@ -163,10 +174,7 @@ TEST_F(EngineTest, AFailedCommandsEventGoesBackOnceNoBufferNamesIt) {
   for (int i = 0; i < 300; ++i) {
     Buffer& b = make(64, false);
     Task& gate = host_.user_event();
-    Task& writer = host_.command(nullptr);
-    ASSERT_FALSE(engine_->enqueue({{{&b, {0, 64, Access::read_write}}}}, 1, &writer, sub_));
-    const std::vector<Task*> gated{&gate};
-    host_.start(writer, sub_.waits(), gated);
+    Task& writer = enqueue_behind(gate, {{&b, {0, 64, Access::read_write}}}, 1);
     sub_.clear();
     host_.end_user(gate, false);
     host_.run_all();
@@ -978,12 +986,9 @@ TEST_F(EngineTest, StorageAFastPathWriterHasStillToWriteIsReusedOnlyAfterIt) {
   ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
   host_.run_all();
   Task& gate = host_.user_event();
-  Task& writer = host_.command(nullptr);
   const std::uint64_t fast_before = engine_->stats().fast_path;
-  ASSERT_FALSE(engine_->enqueue({{{&a, {0, 4096, Access::read_write}}}}, 1, &writer, sub_));
+  Task& writer = enqueue_behind(gate, {{&a, {0, 4096, Access::read_write}}}, 1);
   ASSERT_EQ(engine_->stats().fast_path, fast_before + 1) << "the writer did not take the fast path";
-  const std::vector<Task*> gated{&gate};
-  host_.start(writer, sub_.waits(), gated);
   sub_.clear();
   ASSERT_NE(enqueue({{&a, {0, 4096, Access::overwrite}}}, 2), nullptr);
   sub_.clear();
@@ -1013,10 +1018,7 @@ TEST_F(EngineTest, StorageWaitsForAWriterWhoseUndoRecordWasForgotten) {
   ASSERT_NE(enqueue({{&a, {0, 64, Access::read_write}}}, 1), nullptr);
   host_.run_all();
   Task& gate = host_.user_event();
-  Task& first = host_.command(nullptr);
-  ASSERT_FALSE(engine_->enqueue({{{&a, {0, 64, Access::read_write}}}}, 1, &first, sub_));
-  const std::vector<Task*> gated{&gate};
-  host_.start(first, sub_.waits(), gated);
+  Task& first = enqueue_behind(gate, {{&a, {0, 64, Access::read_write}}}, 1);
   sub_.clear();
   std::vector<Task*> later;
   for (int i = 0; i < 1100; ++i) {
