@@ -79,12 +79,11 @@ std::optional<std::size_t> FastPath::lock_and_check(std::span<const BufferUse> u
 
 inline bool FastPath::check(const BufferUse& u, Location at, Event& unfailed, std::size_t& waits) {
   Buffer& b = *u.buffer;
-  Storage* st = b.storage_if_listed(at);
   // Fences wait until the general pipeline drops the ones that ended.
-  if (st == nullptr || !st->allocated || !st->fences.empty()) return false;
+  if (!b.fast_storage(at)) return false;
   const auto n = b.versions_.fast_prepare(u.use, at, unfailed);
   if (!n) return false;
-  if (!migration::writes(u.use.access)) migration::detail::reserve_more(st->users, 1);
+  if (!migration::writes(u.use.access)) migration::detail::reserve_more(b.storage_[at].users, 1);
   waits += *n;
   return true;
 }

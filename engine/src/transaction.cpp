@@ -304,6 +304,7 @@ std::optional<EnqueueError> Transaction::place(Buffer& b, Location loc, bool for
       }
       st.allocated = true;
       st.handle = a.handle;
+      b.storage_changed(loc);
       if (!for_eviction) s_.placed.push_back({&b, loc});
       return std::nullopt;
     }
@@ -674,6 +675,7 @@ void Transaction::fence_host(Buffer& victim, const migration::Plan& plan, std::s
     if (!plan.copies[i].undo || e == nullptr) continue;
     host.fences.push_back(e);  // room made in make_write_backs()
   }
+  victim.storage_changed(kHost);
 }
 
 // Writes back the bytes of `victim` at `loc` valid nowhere else, keeping the
@@ -862,6 +864,7 @@ void Transaction::commit_all() {
     }
     Storage& st = b.storage(at_);
     std::erase_if(st.fences, [&](Event f) { return table_.finished(f); });
+    b.storage_changed(at_);
     for (Event f : st.fences) add_wait(f);
     b.add_user(st, command_);
     st.last_use = stamp_;
@@ -893,6 +896,7 @@ void Transaction::free_storage(Buffer& b, Location loc, Storage& st, std::vector
   for (Event e : names) drop(e);
   names.clear();
   st = Storage{};
+  b.storage_changed(loc);
 }
 
 // Starts the copies whose effects were committed and drops the others, then

@@ -1243,6 +1243,44 @@ TEST_F(FastPathTest, FallsBackWhileTheStorageIsFenced) {
   host_.run_all();
 }
 
+// The host copy an eviction writes undo content back into is fenced by
+// that write-back (Transaction::fence_host): a later writer there waits
+// for it, so the fast path does not take it while it runs. Written as
+// EvictionWritesBackWhatAQueuedWritersFailureGoesBackTo sets it up, with
+// the write-backs left unrun.
+TEST_F(FastPathTest, FallsBackWhileTheHostCopyIsFencedByAWriteBack) {
+  Task& gate = host_.user_event();
+  std::vector<Buffer*> held;
+  for (int i = 0; i < 2; ++i) {  // device 1 full of them, each overwritten at 2 behind the gate
+    Buffer& b = make(4096, false);
+    Task* made = enqueue({{&b, {0, 4096, Access::overwrite}}}, 1);
+    ASSERT_NE(made, nullptr);
+    ASSERT_TRUE(host_.run_until_done(std::vector<Event>{made}));
+    enqueue_behind(gate, {{&b, {0, 4096, Access::overwrite}}}, 2);
+    held.push_back(&b);
+  }
+  Buffer& next = make(4096, true);
+  std::optional<EnqueueError> error;
+  ASSERT_EQ(enqueue({{&next, {0, 4096, Access::read}}}, 1, &error), nullptr);
+  ASSERT_EQ(error->code, EnqueueError::Code::device_busy) << error->message;
+  const std::vector<Event> write_backs(sub_.waits().begin(), sub_.waits().end());
+  ASSERT_FALSE(write_backs.empty());
+  sub_.clear();
+  std::size_t fenced = 0;
+  for (Buffer* b : held) {
+    if (!b->has_storage(kHost)) continue;  // not the one written back
+    ++fenced;
+    expect({{b, {0, 4096, Access::overwrite}}}, kHost, false);
+    const auto waits = sub_.waits();
+    EXPECT_TRUE(std::any_of(write_backs.begin(), write_backs.end(),
+                            [&](Event w) { return std::find(waits.begin(), waits.end(), w) != waits.end(); }))
+        << "the host writer does not wait for the write-back into its storage";
+  }
+  EXPECT_GT(fenced, 0u);
+  host_.end_user(gate, true);
+  host_.run_all();
+}
+
 // A buffer keeps the undo records of at most 1,024 unfinished writers: a
 // writer that would make one more goes the general way, which forgets the
 // oldest.
