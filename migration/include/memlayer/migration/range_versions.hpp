@@ -434,6 +434,12 @@ class RangeVersions {
   // fast_prepare() then looks at the span whole again.
   static constexpr Location kNotSteady = kMaxLocations;
   Location steady_at_ = kNotSteady;
+  // While steady: the steady writes left before the undo records reach
+  // fast_trim_at_, which ends the steady state (steady_write()), so that
+  // the steady route needs no look at the records' count. Only the steady
+  // write adds records while the state lasts: every other member that does
+  // leaves it first.
+  std::size_t steady_writes_left_ = 0;
   void leave_steady() noexcept { steady_at_ = kNotSteady; }
   // fast_prepare() took the steady route for a write: fast_commit() is a
   // steady_write().
@@ -506,11 +512,11 @@ inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32
 // over a command's buffers inlines it, with no call per argument.
 inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at, Event& unfailed) {
   const bool for_write = writes(use.access);
-  // In the steady state at `at` (steady_at_), with room among the records,
-  // the whole buffer's one span is settled unless its last writer failed:
-  // that writer made its one holder ready, and a write with no readers
-  // since waits for nothing else.
-  if (at == steady_at_ && use.offset == 0 && use.size == size_ && undo_.size() - first_undo_ < fast_trim_at_) {
+  // In the steady state at `at` (steady_at_, which also says there is room
+  // among the records: steady_writes_left_), the whole buffer's one span is
+  // settled unless its last writer failed: that writer made its one holder
+  // ready, and a write with no readers since waits for nothing else.
+  if (at == steady_at_ && use.offset == 0 && use.size == size_) {
     const auto it = spans_.begin();
     Span& s = it->second;
     if (!for_write || s.readers.empty()) [[likely]] {
@@ -580,7 +586,13 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
   }
   for (Event r : s.readers) wait(r);
   write_span(s, fast_span_->first, use.size, next_version_++, at, command, fast_narrow_);
-  steady_at_ = use.size == size_ ? at : kNotSteady;
+  const std::size_t records = undo_.size() - first_undo_;
+  if (use.size == size_ && records < fast_trim_at_) {
+    steady_at_ = at;
+    steady_writes_left_ = fast_trim_at_ - records;
+  } else {
+    steady_at_ = kNotSteady;
+  }
 }
 
 // write_span() of the whole buffer in the steady state (steady_at_), which
@@ -597,6 +609,7 @@ void RangeVersions::steady_write(Event command, Wait& wait) {
   s.holders.begin()->ready = command;
   s.version = next_version_++;
   s.last_writer = command;
+  if (--steady_writes_left_ == 0) leave_steady();  // the records reach fast_trim_at_: fast_prepare() looks at them
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only
