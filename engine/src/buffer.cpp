@@ -72,11 +72,28 @@ void Buffer::users_at(Location at, std::vector<Event>& out) const {
   const Storage& s = storage_[at];
   out.insert(out.end(), s.users.begin(), s.users.end());
   versions_.writers_at(at, out);
+  // The readers the planner names, of every location: those the command
+  // table places at `at`. A name whose command completed may be kept or
+  // not (where() of a recycled slot): it has nothing left to wait for.
+  const std::size_t first = out.size();
+  versions_.readers(out);
+  const CommandTable& table = *engine_.table_;
+  out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                           [&](Event r) { return table.where(r) != at; }),
+            out.end());
 }
 
 void Buffer::prune_users(Storage& s) {
-  std::erase_if(s.users, [&](Event u) { return ops_.done(u); });
-  s.prune_at = std::max<std::size_t>(Storage::kFirstPrune, 2 * s.users.size());
+  for (int looks = 0; looks < 2 && !s.users.empty(); ++looks) {
+    if (s.prune_next >= s.users.size()) s.prune_next = 0;
+    Event& u = s.users[s.prune_next];
+    if (ops_.done(u)) {
+      u = s.users.back();  // the order of the users means nothing
+      s.users.pop_back();
+    } else {
+      ++s.prune_next;
+    }
+  }
 }
 
 bool Buffer::has_storage(Location at) const {

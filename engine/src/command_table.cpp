@@ -94,7 +94,7 @@ void CommandTable::look_again() noexcept {
   }
 }
 
-Event CommandTable::make(Event e, Ref ref, bool told) noexcept {
+Event CommandTable::make(Event e, Ref ref, bool told, Location where) noexcept {
   std::uint32_t index = 0;
   if (!pop_free(index)) {
     look_again();
@@ -105,6 +105,7 @@ Event CommandTable::make(Event e, Ref ref, bool told) noexcept {
   if (ref == Ref::retain) host_.retain(e, 1);
   else if (ref == Ref::retain_unshared) host_.retain_unshared(e);
   s.host = e;
+  s.where.store(where, std::memory_order_relaxed);
   const std::uint32_t gen = gen_of(s.word.load(std::memory_order_relaxed));
   s.word.store(word(gen, kRunning) | (told ? kTold : 0), std::memory_order_release);
   return name_of(index, gen);

@@ -64,12 +64,25 @@ class CommandTable {
   };
   /// A new name for host event `e` (not nullptr), running. The table holds
   /// one reference to `e` from now on, as `ref` says. `told`: the host will tell
-  /// how it ends (learned()), so status() never asks it. nullptr when no slot can be
-  /// had (no host memory for a new block of slots): then nothing is taken.
-  /// O(1) amortised; a block of slots is added, or up to 64 running slots
-  /// are looked at again (finding those that completed unseen), when none
-  /// is free.
-  [[nodiscard]] Event make(Event e, Ref ref, bool told = false) noexcept;
+  /// how it ends (learned()), so status() never asks it. `where`: the
+  /// location a command runs at, which where() tells (kNowhere: a copy or a
+  /// fence). nullptr when no slot can be had (no host memory for a new block
+  /// of slots): then nothing is taken. O(1) amortised; a block of slots is
+  /// added, or up to 64 running slots are looked at again (finding those
+  /// that completed unseen), when none is free.
+  [[nodiscard]] Event make(Event e, Ref ref, bool told = false, Location where = kNowhere) noexcept;
+  static constexpr Location kNowhere = ~Location{0};
+  /// Where the command named runs, as make() was told; kNowhere for a copy
+  /// or a fence, and for a name whose slot was recycled (its command
+  /// completed long ago). A slot recycled during the call may answer for
+  /// its new command: callers take the answer for a name of theirs that
+  /// may have completed meanwhile (Buffer::users_at). O(1): two loads.
+  [[nodiscard]] Location where(Event name) const noexcept {
+    if (name == nullptr) return kNowhere;
+    const Slot& s = slot(index_of(name));
+    if (gen_of(s.word.load(std::memory_order_acquire)) != gen_of(name)) return kNowhere;
+    return s.where.load(std::memory_order_relaxed);
+  }
   /// Gives back a name nothing records (the command of an enqueue that
   /// failed, a copy never started): its event's reference goes back to the
   /// host, the slot is free. O(1).
@@ -149,6 +162,9 @@ class CommandTable {
     std::atomic<std::uint32_t> pins{0};
     std::atomic<std::uint32_t> next_free{0};  // while free: the next free slot's index + 1, or 0
     Event host = nullptr;  // written before `word` says running, read after
+    // Written before `word` says running; read by where() without a pin,
+    // maybe while make() writes it for the slot's next command.
+    std::atomic<Location> where{kNowhere};
   };
   static constexpr unsigned kChunkBits = 12;
   static constexpr std::size_t kChunk = std::size_t{1} << kChunkBits;

@@ -4,7 +4,6 @@
 #include <new>
 
 #include "command_table.hpp"
-#include "memlayer/migration/detail/reserve.hpp"
 #include "transaction.hpp"
 #include "wait_list.hpp"
 
@@ -33,7 +32,7 @@ inline std::optional<EnqueueError> FastPath::enqueue(Engine& engine, std::span<c
     out.storage_.resize(uses.size());  // the commit writes each use's in place
     if (const auto n = lock_and_check(uses, at, memo, locked)) {
       waits.reserve(*n);
-      name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_);
+      name = engine.table_->make(command, CommandTable::Ref::retain_unshared, engine.host_tells_ends_, at);
       if (name == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     }
   } catch (...) {
@@ -83,7 +82,6 @@ inline bool FastPath::check(const BufferUse& u, Location at, Event& unfailed, st
   if (!b.fast_storage(at)) return false;
   const auto n = b.versions_.fast_prepare(u.use, at, unfailed);
   if (!n) return false;
-  if (!migration::writes(u.use.access)) migration::detail::reserve_more(b.storage_[at].users, 1);
   waits += *n;
   return true;
 }
@@ -94,10 +92,10 @@ void FastPath::commit_and_unlock(std::span<const BufferUse> uses, Location at, E
   for (const BufferUse& u : uses) {
     Buffer& b = *u.buffer;
     Storage& st = b.storage_[at];
+    // No storage-user entry: the span's readers or the undo record name the
+    // command until it has finished, and the command table where it runs
+    // (Buffer::users_at()).
     b.versions_.fast_commit(u.use, at, name, [&](Event e) { waits.add(e, name); });
-    // A writer needs no entry: its undo record names it, with where it runs,
-    // until it has finished (Buffer::users_at()).
-    if (!migration::writes(u.use.access)) b.add_user(st, name);
     st.last_use = stamp;
     *handle++ = st.handle;
     unlock(b);

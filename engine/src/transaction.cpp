@@ -51,7 +51,7 @@ std::optional<EnqueueError> Transaction::run() {
   try {
     group_uses();
     out_.storage_.assign(uses_.size(), 0);
-    command_ = table_.make(host_command_, CommandTable::Ref::retain_unshared, engine_.host_tells_ends_);
+    command_ = table_.make(host_command_, CommandTable::Ref::retain_unshared, engine_.host_tells_ends_, at_);
     if (command_ == nullptr) throw std::bad_alloc();  // no slot: the enqueue fails, nothing done
     lock_all();
     stamp_ = engine_.stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -731,7 +731,7 @@ std::optional<EnqueueError> Transaction::plan_all() {
     count_lost(g.buffer->versions_.bytes_lost() - lost);
     waits_.reserve(s_.planning.wait.size());
     for (Event e : s_.planning.wait) add_wait(e);  // before a commit may drop them
-    keep_forgotten_writers(*g.buffer);
+    keep_forgotten_users(*g.buffer);
     // commit_all()'s room in the storages: a user per copy and the command.
     const std::size_t users = s_.planning.copies.size() + 1;
     Storage& st = g.buffer->storage(at_);
@@ -760,17 +760,20 @@ std::optional<EnqueueError> Transaction::plan_all() {
 }
 
 // The writers whose undo records the commit may forget (the planner keeps
-// 1,024) become users of the storage they write: once forgotten, no record
-// says they still use it (Buffer::users_at()). Before the commit, which
-// must not allocate; if the enqueue fails, they are users all the same.
-void Transaction::keep_forgotten_writers(Buffer& b) {
+// 1,024), and the readers those records name, become users of the storage
+// where they run: once forgotten, no record says they still use it
+// (Buffer::users_at()). Before the commit, which must not allocate; if the
+// enqueue fails, they are users all the same. A copy among the readers
+// runs nowhere in the table's sense: it is a user of its storages already.
+void Transaction::keep_forgotten_users(Buffer& b) {
   s_.forgettable.clear();
-  b.versions_.writers_a_commit_may_forget(s_.forgettable);
-  for (const auto& [writer, loc] : s_.forgettable) {
-    if (b.storage_.size() <= loc || !b.storage_[loc].allocated) continue;
+  b.versions_.events_a_commit_may_forget(s_.forgettable);
+  for (const Event e : s_.forgettable) {
+    const Location loc = table_.where(e);
+    if (b.storage_.size() <= loc || !b.storage_[loc].allocated) continue;  // kNowhere is past any
     Storage& st = b.storage_[loc];
     migration::detail::reserve_more(st.users, 1);
-    b.add_user(st, writer);
+    b.add_user(st, e);
   }
 }
 

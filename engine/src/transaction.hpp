@@ -68,7 +68,7 @@ struct EnqueueScratch {
   std::vector<std::size_t> victims;
   std::vector<Event> after;       // names: what Host::free must wait for (then host events)
   std::vector<Event> users;       // Buffer::users_at()'s, for a victim
-  std::vector<std::pair<Event, Location>> forgettable;  // Transaction::keep_forgotten_writers()
+  std::vector<Event> forgettable;  // Transaction::keep_forgotten_users()
   std::vector<Event> room_after;  // host events: what a device_busy failure waits for, retained
   // Active while buffers are locked: the statuses looked up, and the host
   // references this enqueue drops.
@@ -134,7 +134,7 @@ class Transaction {
   void wait_for_room(std::span<const Event> names);
   bool adopt_fences(Buffer& b, Location loc, Allocation& a);
   std::optional<EnqueueError> plan_all();
-  void keep_forgotten_writers(Buffer& b);
+  void keep_forgotten_users(Buffer& b);
   std::optional<EnqueueError> create_copies();
   bool create_copy(Buffer& b, const migration::Copy& c, std::size_t first_copy, CopyKind kind);
   void commit_all();

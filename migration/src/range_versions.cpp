@@ -11,11 +11,6 @@ namespace memlayer::migration {
 
 namespace {
 
-// Readers kept before finished ones are dropped; then again each time the
-// list reaches a power of two above it, so that a list of readers that have
-// not finished (queued behind a user event) costs O(1) amortised per reader
-// added, not a scan each time (add_reader()).
-constexpr std::size_t kPruneThreshold = 8;
 // How many undo records the fast path lets pile up before it looks whether
 // the oldest writer completed (fast_prepare()): first, and at most.
 constexpr std::size_t kFastTrimFirst = 8, kFastTrimMost = 64;
@@ -486,19 +481,6 @@ void RangeVersions::undo_only_at_writers(Location at, std::vector<Event>& out) c
   }
 }
 
-// Each reader comes once: a commit adds its command to a span once (the
-// pieces of its uses are disjoint, and the plan cut the spans at their
-// ends) and each of its copies once per span the copy reads. So the list
-// (which grows with the readers queued) is not searched; the last entry is
-// looked at, which is free.
-void RangeVersions::add_reader(Span& s, Event e) {
-  if (e == nullptr || (!s.readers.empty() && s.readers.back() == e)) return;
-  ops_.hold(e);
-  s.readers.push_back(e);
-  const std::size_t n = s.readers.size();
-  if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) prune(s);
-}
-
 // Finished events order nothing any more: drop them, so lists stay short and
 // spans that differ only in finished history can merge. Failed ready events
 // and writers stay: settle_range() needs them to undo.
@@ -716,7 +698,7 @@ void RangeVersions::prepare_commit(std::span<const Use> uses, const Plan& plan) 
   }
   undo_.resize(kept);
   first_undo_ = 0;
-  while (undo_.size() - first_undo_ > kMaxUndo / 4 * 3) forget_undo(first_undo_++);
+  while (undo_.size() - first_undo_ > kUndoKeptAfterForget) forget_undo(first_undo_++);
 }
 
 // write_span()'s record of a span that is not narrow: it moves whole into
@@ -1005,9 +987,33 @@ void RangeVersions::writers_at(Location at, std::vector<Event>& out) const {
     if (undo_[i].at == at) out.push_back(undo_[i].writer);
 }
 
-void RangeVersions::writers_a_commit_may_forget(std::vector<std::pair<Event, Location>>& out) const {
-  if (undo_.size() - first_undo_ + planned_writes_ < kMaxUndo) return;
-  for (std::size_t i = first_undo_; i < undo_.size(); ++i) out.emplace_back(undo_[i].writer, undo_[i].at);
+void RangeVersions::readers(std::vector<Event>& out) const {
+  for (const auto& [offset, s] : spans_) out.insert(out.end(), s.readers.begin(), s.readers.end());
+  for (std::size_t i = first_undo_; i < undo_.size(); ++i) {
+    if (undo_[i].wide == kNarrow) continue;  // a narrow record's span had no readers (fits_narrow)
+    const Span& s = wide_[undo_[i].wide];
+    out.insert(out.end(), s.readers.begin(), s.readers.end());
+  }
+}
+
+// forget_oldest_undo() forgets the oldest records first and keeps
+// kUndoKeptAfterForget: what the commit forgets is older than that many of
+// the records there will be, so among the oldest `n` (below). Only the
+// records themselves, not all that are kept: a queue of unfinished writers
+// makes this list at every forgetting, and the runtime keeps what it gets.
+void RangeVersions::events_a_commit_may_forget(std::vector<Event>& out) const {
+  const std::size_t kept = undo_.size() - first_undo_, after = kept + planned_writes_;
+  if (after < kMaxUndo) return;
+  const std::size_t n = after - kUndoKeptAfterForget;
+  for (std::size_t i = first_undo_; i < first_undo_ + std::min(n, kept); ++i) {
+    const Undo& r = undo_[i];
+    out.push_back(r.writer);
+    if (r.wide != kNarrow) out.insert(out.end(), wide_[r.wide].readers.begin(), wide_[r.wide].readers.end());
+  }
+  // Records the commit itself makes may go too: their writer is the
+  // command, their readers those of the spans it writes, named by the
+  // spans now.
+  if (n > kept) readers(out);
 }
 
 void RangeVersions::events(std::vector<Event>& out) const {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -1005,13 +1006,58 @@ TEST_F(EngineTest, StorageAFastPathWriterHasStillToWriteIsReusedOnlyAfterIt) {
   host_.run_all();
 }
 
+// The fast path lists no reader among a storage's users: the span names
+// it, or the undo record of a writer after it, and the command table where
+// it runs (Buffer::users_at). Storage a queued reader has still to read is
+// reused only after it, in either case: `written_after` puts a writer
+// elsewhere after the reader, which takes the span's readers into its
+// record, and the storage goes by eviction; else it goes with the buffer,
+// destroyed (an eviction's plan waits for a span's readers itself:
+// RangeVersions::plan_evict).
+class EngineReaderStorageTest : public EngineTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(EngineReaderStorageTest, StorageAFastPathReaderHasStillToReadIsReusedOnlyAfterIt) {
+  const bool written_after = GetParam();
+  Buffer& a = make(4096, true);
+  ASSERT_NE(enqueue({{&a, {0, 4096, Access::read}}}, 1), nullptr);
+  host_.run_all();
+  Task& gate = host_.user_event();
+  const std::uint64_t fast_before = engine_->stats().fast_path;
+  Task& reader = enqueue_behind(gate, {{&a, {0, 4096, Access::read}}}, 1);
+  ASSERT_EQ(engine_->stats().fast_path, fast_before + 1) << "the reader did not take the fast path";
+  sub_.clear();
+  if (written_after) {
+    ASSERT_NE(enqueue({{&a, {0, 4096, Access::overwrite}}}, 2), nullptr);
+    sub_.clear();
+  } else {
+    buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& p) { return p.get() == &a; }));
+  }
+  Buffer& b = make(8192, false);  // device 1 holds 8 KiB: a's storage there goes
+  Task* next = enqueue({{&b, {0, 8192, Access::overwrite}}}, 1);
+  ASSERT_NE(next, nullptr);
+  if (written_after) EXPECT_FALSE(a.has_storage(1));
+  sub_.clear();
+  host_.run_some(100);
+  EXPECT_FALSE(next->done) << "ran over the storage the gated reader has still to read";
+  EXPECT_FALSE(reader.done);
+  host_.end_user(gate, true);
+  host_.run_all();
+  EXPECT_TRUE(reader.done);
+  EXPECT_TRUE(next->done);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, EngineReaderStorageTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("EvictedAfterAWriterElsewhere") : std::string("DestroyedWithTheBuffer");
+                         });
+
 // More unfinished writers on one buffer than the undo records it keeps
 // (RangeVersions::kMaxUndo, 1,024): the oldest writers' records are
 // forgotten while they are still to run, and no record names them. The
 // later writers, which wait for them, may end first: the runtime fails a
 // node at once when any dependency fails (here: the test ends them). The
 // storage freed with the buffer must still wait for the oldest writer
-// (Transaction::keep_forgotten_writers makes it a user of the storage),
+// (Transaction::keep_forgotten_users makes it a user of the storage),
 // or what is placed over it next runs before that writer writes.
 TEST_F(EngineTest, StorageWaitsForAWriterWhoseUndoRecordWasForgotten) {
   Buffer& a = make(64, false);
@@ -1040,6 +1086,42 @@ TEST_F(EngineTest, StorageWaitsForAWriterWhoseUndoRecordWasForgotten) {
   host_.end_user(gate, true);
   host_.run_all();
   EXPECT_TRUE(first.done);
+  EXPECT_TRUE(next->done);
+}
+
+// The same for a reader: the first writer after a gated reader waits for
+// it, and its undo record, the only one that names the reader, is
+// forgotten among 1,100 writers. Once the writers end failed (the runtime
+// fails a node at once when any dependency fails), only the storage's users
+// name the reader (Transaction::keep_forgotten_users), and the storage
+// freed with the buffer must still wait for it.
+TEST_F(EngineTest, StorageWaitsForAReaderWhoseWritersUndoRecordWasForgotten) {
+  Buffer& a = make(64, false);
+  ASSERT_NE(enqueue({{&a, {0, 64, Access::read_write}}}, 1), nullptr);
+  host_.run_all();
+  Task& gate = host_.user_event();
+  Task& reader = enqueue_behind(gate, {{&a, {0, 64, Access::read}}}, 1);
+  sub_.clear();
+  std::vector<Task*> writers;
+  for (int i = 0; i < 1100; ++i) {
+    writers.push_back(enqueue({{&a, {0, 64, Access::read_write}}}, 1));
+    ASSERT_NE(writers.back(), nullptr) << "writer " << i;
+    sub_.clear();
+  }
+  for (Task* t : writers) {  // failed without running: they wrote nothing
+    t->done = true;
+    t->outcome = EventStatus::cancelled;
+  }
+  buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &a; }));
+  Buffer& b = make(8 << 10, false);  // the whole device: over a's storage
+  Task* next = enqueue({{&b, {0, 8 << 10, Access::overwrite}}}, 1);
+  ASSERT_NE(next, nullptr);
+  sub_.clear();
+  host_.run_some(100);
+  EXPECT_FALSE(next->done) << "ran over the storage the gated reader has still to read";
+  host_.end_user(gate, true);
+  host_.run_all();
+  EXPECT_TRUE(reader.done);
   EXPECT_TRUE(next->done);
 }
 

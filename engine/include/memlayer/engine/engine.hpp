@@ -109,8 +109,7 @@ class Buffer {
   // names for them (engine/src/command_table.hpp): copied freely, never
   // counted.
   // One cache line holds what the fast path's commit reads and writes of
-  // it for a writer (handle, last_use; a reader's entry goes into users);
-  // its check reads Buffer::fast_storage_ instead.
+  // it (handle, last_use); its check reads Buffer::fast_storage_ instead.
   struct alignas(64) Storage {
     bool allocated = false;
     StorageHandle handle = 0;
@@ -120,9 +119,11 @@ class Buffer {
     // no version holds (Transaction::fence_host). Ordering only: one that
     // ended is dropped, whatever its outcome.
     std::vector<Event> fences;
-    std::vector<Event> users;    // commands and copies that touched it, maybe unfinished
-    static constexpr std::size_t kFirstPrune = 16;
-    std::size_t prune_at = kFirstPrune;  // users.size() that prunes the finished ones
+    // Copies that touched it, and the general pipeline's commands, maybe
+    // unfinished (users_at(): the planner's records name the rest).
+    std::vector<Event> users;
+    static constexpr std::size_t kFirstPrune = 16;  // users.size() from which add_user() prunes
+    std::size_t prune_next = 0;                       // the entry add_user() looks at next
     // Write-backs of its bytes for an eviction, maybe unfinished: it is
     // evicted only once they have completed (Transaction::write_back).
     std::vector<Event> write_backs;
@@ -143,19 +144,26 @@ class Buffer {
     const Storage& s = storage_[at];
     fast_storage_ = s.allocated && s.fences.empty() ? fast_storage_ | bit : fast_storage_ & ~bit;
   }
-  // Finished users are pruned when the list reaches prune_at, which then
-  // doubles past what is left: a list of unfinished users (a batch of
-  // queued commands) costs O(1) amortised per add, not a scan each time.
+  // From kFirstPrune users on, each add looks at two entries, in turn
+  // round the list, and drops those finished (prune_users): the list stays
+  // within about twice its unfinished users, and an add costs the same
+  // however many are queued, with no scan of the whole list at once.
+  // Allocates nothing beyond the entry added (the room reserved before a
+  // commit is enough).
   void add_user(Storage& s, Event e) {
     if (!s.users.empty() && s.users.back() == e) return;
-    if (s.users.size() >= s.prune_at) [[unlikely]] prune_users(s);
+    if (s.users.size() >= Storage::kFirstPrune) [[unlikely]] prune_users(s);
     s.users.push_back(e);
   }
   void prune_users(Storage& s);
   // Every command and copy that may still use the storage at `at`, maybe
-  // finished already: its users, and the writers the planner's undo
-  // records name there (the fast path lists no writer among the users:
-  // its record names it until it has finished). Appended to `out`.
+  // finished already: its users, the writers the planner's undo records
+  // name there, and the readers its spans and records name that the
+  // command table places there (the fast path lists no command among the
+  // users: a record or a span names it until it has finished; what a
+  // record the planner forgets named becomes a user first:
+  // Transaction::keep_forgotten_users). Appended to `out`. O(users +
+  // unfinished writers + spans × readers).
   void users_at(Location at, std::vector<Event>& out) const;
   static migration::EventOps ops_of(CommandTable& table, bool host_tells);
 

@@ -241,17 +241,28 @@ class RangeVersions {
   /// Appends the writers of the undo records kept for writes at `at` (each
   /// record's writer, until it completes or fails): every write not yet
   /// finished that ran at `at` is one of them, unless its record was
-  /// forgotten (writers_a_commit_may_forget()). A runtime may take these,
+  /// forgotten (events_a_commit_may_forget()). A runtime may take these,
   /// rather than its own list, as what still writes its storage at `at`.
   /// Throws std::bad_alloc (out grows). O(unfinished writers).
   void writers_at(Location at, std::vector<Event>& out) const;
-  /// After plan(), before its commit(): the writers and locations of the
-  /// undo records that commit() may forget to make room (at most 1,024
-  /// are kept; the oldest go), appended to `out` (a superset: those that
-  /// complete meanwhile are dropped first). Empty unless the records are
-  /// nearly full. Throws std::bad_alloc. O(1), or O(unfinished writers)
-  /// when nearly full.
-  void writers_a_commit_may_forget(std::vector<std::pair<Event, Location>>& out) const;
+  /// Appends every reader the spans and the undo records name (a span's
+  /// readers since its last writer, kept until they finish; a record's,
+  /// kept while its writer, which waits for them, has not completed): with
+  /// writers_at(), every command not yet finished that used the buffer is
+  /// named, but for those whose records were forgotten
+  /// (events_a_commit_may_forget()). A runtime that knows where each reader
+  /// runs may take these, rather than a list of its own, as what still
+  /// reads its storage. Throws std::bad_alloc (out grows). O(spans ×
+  /// readers + unfinished writers).
+  void readers(std::vector<Event>& out) const;
+  /// After plan(), before its commit(): the writers of the undo records
+  /// that commit() may forget to make room (at most 1,024 are kept; the
+  /// oldest go), and the readers those records name, appended to `out` (a
+  /// superset: those that complete meanwhile are dropped first). Once
+  /// forgotten, writers_at() and readers() no longer name them. Empty
+  /// unless the records are nearly full. Throws std::bad_alloc. O(1), or
+  /// O(unfinished writers × readers) when nearly full.
+  void events_a_commit_may_forget(std::vector<Event>& out) const;
   /// Appends every event this object names (span holders, last writers,
   /// readers; undo records), maybe more than once: with them, a runtime
   /// that recycles event handles knows which it may not (the engine's
@@ -336,6 +347,9 @@ class RangeVersions {
   // bounds the memory of a deep queue and what a failed writer's search
   // goes through.
   static constexpr std::size_t kMaxUndo = 1024;
+  // What forget_oldest_undo() leaves, so that the next kMaxUndo / 4 writes
+  // forget nothing.
+  static constexpr std::size_t kUndoKeptAfterForget = kMaxUndo / 4 * 3;
   static_assert(std::is_trivially_copyable_v<Undo> && std::is_trivially_destructible_v<Undo> && sizeof(Undo) == 64);
   [[nodiscard]] static bool fits_narrow(const Span& s) { return s.readers.empty() && s.holders.size() <= 1; }
   // The span record `r` puts back; a wide one's place is free again.
@@ -390,8 +404,15 @@ class RangeVersions {
   void forget_if_full() {
     if (undo_.size() - first_undo_ == kMaxUndo) [[unlikely]] forget_oldest_undo();
   }
+  // Readers kept before finished ones are dropped; then again each time the
+  // list reaches a power of two above it, so that a list of readers that
+  // have not finished (queued behind a user event) costs O(1) amortised per
+  // reader added, not a scan each time (add_reader()).
+  static constexpr std::uint32_t kPruneThreshold = 8;
   void add_reader(Span& s, Event e);
-  void prune(Span& s);
+  // Out of line: add_reader() is inline on the fast path's commit, its
+  // prune rare.
+  [[gnu::noinline]] void prune(Span& s);
   [[nodiscard]] SpanMap::iterator exact_span(std::span<const Use> uses);
   void plan_waits(const Span& s, Access access, Location at, Plan& out) const;
   void write_span(Span& s, std::uint64_t offset, std::uint64_t size, std::uint64_t version, Location at,
@@ -610,6 +631,21 @@ void RangeVersions::steady_write(Event command, Wait& wait) {
   s.version = next_version_++;
   s.last_writer = command;
   if (--steady_writes_left_ == 0) leave_steady();  // the records reach fast_trim_at_: fast_prepare() looks at them
+}
+
+// Each reader comes once: a commit adds its command to a span once (the
+// pieces of its uses are disjoint, and the plan cut the spans at their
+// ends) and each of its copies once per span the copy reads. So the list
+// (which grows with the readers queued) is not searched; the last entry is
+// looked at, which is free. Here, not in range_versions.cpp: the fast
+// path's commit of a read (fast_commit, in the engine's loop) inlines it.
+inline void RangeVersions::add_reader(Span& s, Event e) {
+  if (e == nullptr || (!s.readers.empty() && s.readers.back() == e)) return;
+  ops_.hold(e);
+  s.readers.push_back(e);
+  const std::uint32_t n = s.readers.size();
+  if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) [[unlikely]]
+    prune(s);
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only

@@ -112,7 +112,7 @@ class RefBatch {
     std::uint32_t generation = 0;  // valid while it is generation_
     int status = 0;
   };
-  static constexpr unsigned kMemoBits = 7;
+  static constexpr unsigned kMemoBits = 9;
   static std::size_t memo_slot(Event e) noexcept {
     // Every bit counts: an event may be a pointer (its low bits zero) or a
     // name whose low bits are a slot index (engine/src/command_table.hpp).
