@@ -64,6 +64,31 @@ class EngineTest : public ::testing::Test {
     return cmd;
   }
 
+  // 1,100 writers of all of `a` (64 bytes) on device 1, more than the undo
+  // records a buffer keeps, ended failed without running (the runtime
+  // fails a node at once when any dependency fails); then `a` is
+  // destroyed and a buffer filling device 1 placed over its storage: that
+  // command, returned, must wait for whatever still uses the storage.
+  Task* forget_writers_then_reuse(Buffer& a) {
+    std::vector<Task*> writers;
+    for (int i = 0; i < 1100; ++i) {
+      writers.push_back(enqueue({{&a, {0, 64, Access::read_write}}}, 1));
+      EXPECT_NE(writers.back(), nullptr) << "writer " << i;
+      if (writers.back() == nullptr) return nullptr;
+      sub_.clear();
+    }
+    for (Task* t : writers) {  // failed without running: they wrote nothing
+      t->done = true;
+      t->outcome = EventStatus::cancelled;
+    }
+    buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &a; }));
+    Buffer& b = make(8 << 10, false);  // the whole device: over a's storage
+    Task* next = enqueue({{&b, {0, 8 << 10, Access::overwrite}}}, 1);
+    EXPECT_NE(next, nullptr);
+    sub_.clear();
+    return next;
+  }
+
   // Overwrites all of `b` with `v` on device 1: a command the host runs
   // when the test runs its tasks.
   void write(Buffer& b, std::uint8_t v) {
@@ -1035,7 +1060,9 @@ TEST_P(EngineReaderStorageTest, StorageAFastPathReaderHasStillToReadIsReusedOnly
   Buffer& b = make(8192, false);  // device 1 holds 8 KiB: a's storage there goes
   Task* next = enqueue({{&b, {0, 8192, Access::overwrite}}}, 1);
   ASSERT_NE(next, nullptr);
-  if (written_after) EXPECT_FALSE(a.has_storage(1));
+  if (written_after) {
+    EXPECT_FALSE(a.has_storage(1));
+  }
   sub_.clear();
   host_.run_some(100);
   EXPECT_FALSE(next->done) << "ran over the storage the gated reader has still to read";
@@ -1066,21 +1093,9 @@ TEST_F(EngineTest, StorageWaitsForAWriterWhoseUndoRecordWasForgotten) {
   Task& gate = host_.user_event();
   Task& first = enqueue_behind(gate, {{&a, {0, 64, Access::read_write}}}, 1);
   sub_.clear();
-  std::vector<Task*> later;
-  for (int i = 0; i < 1100; ++i) {
-    later.push_back(enqueue({{&a, {0, 64, Access::read_write}}}, 1));
-    ASSERT_NE(later.back(), nullptr) << "writer " << i;
-    sub_.clear();
-  }
-  for (Task* t : later) {  // failed without running: they wrote nothing
-    t->done = true;
-    t->outcome = EventStatus::cancelled;
-  }
-  buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &a; }));
-  Buffer& b = make(8 << 10, false);  // the whole device: over a's storage
-  Task* next = enqueue({{&b, {0, 8 << 10, Access::overwrite}}}, 1);
+  Task* next = nullptr;
+  ASSERT_NO_FATAL_FAILURE(next = forget_writers_then_reuse(a));
   ASSERT_NE(next, nullptr);
-  sub_.clear();
   host_.run_some(100);
   EXPECT_FALSE(next->done) << "ran over the storage the oldest writer has still to write";
   host_.end_user(gate, true);
@@ -1102,21 +1117,9 @@ TEST_F(EngineTest, StorageWaitsForAReaderWhoseWritersUndoRecordWasForgotten) {
   Task& gate = host_.user_event();
   Task& reader = enqueue_behind(gate, {{&a, {0, 64, Access::read}}}, 1);
   sub_.clear();
-  std::vector<Task*> writers;
-  for (int i = 0; i < 1100; ++i) {
-    writers.push_back(enqueue({{&a, {0, 64, Access::read_write}}}, 1));
-    ASSERT_NE(writers.back(), nullptr) << "writer " << i;
-    sub_.clear();
-  }
-  for (Task* t : writers) {  // failed without running: they wrote nothing
-    t->done = true;
-    t->outcome = EventStatus::cancelled;
-  }
-  buffers_.erase(std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.get() == &a; }));
-  Buffer& b = make(8 << 10, false);  // the whole device: over a's storage
-  Task* next = enqueue({{&b, {0, 8 << 10, Access::overwrite}}}, 1);
+  Task* next = nullptr;
+  ASSERT_NO_FATAL_FAILURE(next = forget_writers_then_reuse(a));
   ASSERT_NE(next, nullptr);
-  sub_.clear();
   host_.run_some(100);
   EXPECT_FALSE(next->done) << "ran over the storage the gated reader has still to read";
   host_.end_user(gate, true);
