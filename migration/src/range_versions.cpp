@@ -484,12 +484,22 @@ void RangeVersions::undo_only_at_writers(Location at, std::vector<Event>& out) c
 // Finished events order nothing any more: drop them, so lists stay short and
 // spans that differ only in finished history can merge. Failed ready events
 // and writers stay: settle_range() needs them to undo.
+// Of the readers, the older half is looked at, and the newer ones after
+// it while they are done: about one look per reader added (add_reader()
+// calls this as the list doubles), not two. A deep queue's newer half is
+// mostly still running (queued behind the older); the readers done there
+// that stay are in the older half at the next prune. A list doubles only
+// when half of it is still running, so it stays within four times its
+// unfinished readers, or the threshold (twice, were every reader looked
+// at).
 void RangeVersions::prune(Span& s) {
-  s.readers.erase_if([&](Event e) {
-    if (!ops_.done(e)) return false;
-    ops_.drop(e);
-    return true;
-  });
+  s.readers.erase_if(
+      [&](Event e) {
+        if (!ops_.done(e)) return false;
+        ops_.drop(e);
+        return true;
+      },
+      s.readers.size() / 2);
   for (Holder& h : s.holders) {
     if (h.ready != nullptr && ops_.state(h.ready) == EventStatus::completed) {
       ops_.drop(h.ready);

@@ -85,4 +85,21 @@ TEST(InlineList, InsertEraseAndAssignOne) {
   EXPECT_EQ(l[39], 38u);
 }
 
+// erase_if(pred, n): every match among the first n, then matches only up to
+// the first element past n that stays; the rest keeps its order unlooked at.
+TEST(InlineList, EraseIfLooksAtTheFirstNThenUpToOneThatStays) {
+  List l;
+  for (std::uint64_t v : {2, 3, 4, 6, 8, 5, 10, 12}) l.push_back(v);
+  std::vector<std::uint64_t> looked;
+  l.erase_if([&](std::uint64_t v) { looked.push_back(v); return v % 2 == 0; }, 3);
+  EXPECT_EQ(items(l), (std::vector<std::uint64_t>{3, 5, 10, 12}));
+  EXPECT_EQ(looked, (std::vector<std::uint64_t>{2, 3, 4, 6, 8, 5})) << "it stopped at 5, past the first 3";
+  l.erase_if([](std::uint64_t v) { return v % 2 == 0; }, 0);
+  EXPECT_EQ(items(l), (std::vector<std::uint64_t>{3, 5, 10, 12})) << "the first stays: nothing looked at past it";
+  l.erase_if([](std::uint64_t v) { return v > 4; }, 1);
+  EXPECT_EQ(items(l), std::vector<std::uint64_t>{3}) << "past the first n, matches to the end";
+  l.erase_if([](std::uint64_t) { return true; }, 99);
+  EXPECT_TRUE(l.empty());
+}
+
 }  // namespace

@@ -128,7 +128,9 @@ class RangeVersions {
   /// Whether `use` is the steady-state case: it covers exactly one span,
   /// whose bytes are valid at `at` (or being made valid there; an
   /// overwrite needs neither), nothing it depends on has failed (plan()
-  /// would settle nothing), and a write finds room among the undo records
+  /// would settle nothing it depends on: a read may leave a failed copy
+  /// elsewhere, which it does not read, to the next plan()), and a write
+  /// finds room among the undo records
   /// (fewer than the 1,024 kept). Then it makes the room fast_commit()
   /// needs and returns how many events fast_commit() may report at most;
   /// else nullopt, and plan()/commit() handle the use. Changes no content
@@ -145,14 +147,15 @@ class RangeVersions {
   /// again, and is set to the last writer found unfailed. The buffers'
   /// last writers then are one moment's statuses, as with EventOps::batch
   /// (the buffers held name them: none is freed meanwhile).
-  [[nodiscard]] std::optional<std::size_t> fast_prepare(const Use& use, Location at, Event& unfailed);
+  [[nodiscard, gnu::always_inline]] std::optional<std::size_t> fast_prepare(const Use& use, Location at, Event& unfailed);
   /// Records `use` by `command` at `at` as commit() would record plan()'s
   /// plan for it, right after a fast_prepare(use, at) that did not return
   /// nullopt, with no other call in between. Calls wait(e) first for each
   /// event the command must wait for (Plan::wait's: the last writer, what
   /// made the copy at `at` valid, and for a write every reader since; no
-  /// nullptr, an event maybe more than once). Allocates nothing and
-  /// throws nothing (unless `wait` does). Complexity as fast_prepare().
+  /// nullptr, an event maybe more than once). `command` is not nullptr.
+  /// Allocates nothing and throws nothing (unless `wait` does).
+  /// Complexity as fast_prepare().
   template <class Wait>
   void fast_commit(const Use& use, Location at, Event command, Wait&& wait);
 
@@ -410,6 +413,12 @@ class RangeVersions {
   // reader added, not a scan each time (add_reader()).
   static constexpr std::uint32_t kPruneThreshold = 8;
   void add_reader(Span& s, Event e);
+  // prune() once a reader added makes the list reach the next mark.
+  void prune_if_due(Span& s) {
+    const std::uint32_t n = s.readers.size();
+    if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) [[unlikely]]
+      prune(s);
+  }
   // Out of line: add_reader() is inline on the fast path's commit, its
   // prune rare.
   [[gnu::noinline]] void prune(Span& s);
@@ -447,24 +456,32 @@ class RangeVersions {
   SpanMap::iterator fast_span_;
   Event fast_ready_ = nullptr;
   bool fast_narrow_ = false;
-  // The steady state fast_commit() leaves after a write of the whole
-  // buffer, and only the fast path keeps: one span, valid at steady_at_
-  // alone, made so by its last writer (not `anywhere`; its one holder is
-  // {steady_at_, last_writer}); readers since, maybe. kNotSteady once any
-  // other member that may change a span or a record has run (leave_steady()):
-  // fast_prepare() then looks at the span whole again.
+  // The steady state, which fast_commit() enters and only the fast path
+  // keeps: one span, whose copy at steady_at_ is valid once its last writer
+  // has completed (that writer made it, or what made it has completed:
+  // the holder's ready event is the last writer or none); other holders
+  // and readers since, maybe. A read at steady_at_ then waits for the last
+  // writer alone, and is settled unless that writer failed: a failed
+  // holder elsewhere changes nothing there, a failed reader nothing for a
+  // read. kNotSteady once any other member that may change a span or a
+  // record has run (leave_steady()): fast_prepare() then looks at the span
+  // whole again. Entered by a whole write (that writer's one holder), or
+  // by a whole read that found the copy there so (fast_commit()).
   static constexpr Location kNotSteady = kMaxLocations;
   Location steady_at_ = kNotSteady;
   // While steady: the steady writes left before the undo records reach
-  // fast_trim_at_, which ends the steady state (steady_write()), so that
-  // the steady route needs no look at the records' count. Only the steady
-  // write adds records while the state lasts: every other member that does
-  // leaves it first.
+  // fast_trim_at_, so that the steady route needs no look at the
+  // records' count; 0 (no steady write) unless the state began with a
+  // write, whose one holder a steady write replaces (steady_write()). Only
+  // the steady write adds records while the state lasts: every other
+  // member that does leaves it first.
   std::size_t steady_writes_left_ = 0;
   void leave_steady() noexcept { steady_at_ = kNotSteady; }
-  // fast_prepare() took the steady route for a write: fast_commit() is a
-  // steady_write().
-  bool fast_steady_write_ = false;
+  // fast_prepare() took the steady route: fast_commit() is a
+  // steady_read() or a steady_write().
+  bool fast_steady_ = false;
+  template <class Wait>
+  void steady_read(Event command, Wait& wait);
   template <class Wait>
   void steady_write(Event command, Wait& wait);
   std::uint64_t bytes_lost_ = 0;
@@ -533,24 +550,26 @@ inline void RangeVersions::make_room(Span& s, std::uint32_t holders, std::uint32
 // over a command's buffers inlines it, with no call per argument.
 inline std::optional<std::size_t> RangeVersions::fast_prepare(const Use& use, Location at, Event& unfailed) {
   const bool for_write = writes(use.access);
-  // In the steady state at `at` (steady_at_, which also says there is room
-  // among the records: steady_writes_left_), the whole buffer's one span is
-  // settled unless its last writer failed: that writer made its one holder
-  // ready, and a write with no readers since waits for nothing else.
+  // In the steady state at `at` (steady_at_), the whole buffer's one span
+  // is settled for a read unless its last writer failed; so for a write
+  // with no readers since, while steady writes are left (which also says
+  // there is room among the records): that writer made its one holder
+  // ready, and the write waits for nothing else.
   if (at == steady_at_ && use.offset == 0 && use.size == size_) {
     const auto it = spans_.begin();
     Span& s = it->second;
-    if (!for_write || s.readers.empty()) [[likely]] {
+    if (!for_write || (steady_writes_left_ != 0 && s.readers.empty())) [[likely]] {
       // A command's buffers mostly share their last writer: one look.
       if (s.last_writer != unfailed) {
         if (ops_.failed(s.last_writer)) return std::nullopt;
         unfailed = s.last_writer;
       }
-      if (!for_write) return fast_prepared(it, false, nullptr);
-      // The steady write: narrow (no readers, one holder), waiting only for
-      // the last writer; fast_commit() records it with steady_write().
-      detail::reserve_more(undo_, 1);
-      fast_steady_write_ = true;
+      // fast_commit() records it with steady_read() or steady_write(),
+      // which wait only for the last writer. The steady write is narrow
+      // (no readers, one holder).
+      if (!for_write) s.readers.reserve(s.readers.size() + 1);  // room for the command as a reader
+      else detail::reserve_more(undo_, 1);
+      fast_steady_ = true;
       return 1;
     }
   }
@@ -588,14 +607,15 @@ inline std::size_t RangeVersions::fast_prepared(SpanMap::iterator it, bool for_w
   fast_span_ = it;
   fast_ready_ = ready;
   fast_narrow_ = narrow;
-  fast_steady_write_ = false;
+  fast_steady_ = false;
   return 2 + (for_write ? s.readers.size() : 0);
 }
 
 template <class Wait>
 void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait&& wait) {
-  if (fast_steady_write_) [[likely]] {
-    steady_write(command, wait);
+  if (fast_steady_) [[likely]] {
+    if (writes(use.access)) steady_write(command, wait);
+    else steady_read(command, wait);
     return;
   }
   Span& s = fast_span_->second;
@@ -603,17 +623,36 @@ void RangeVersions::fast_commit(const Use& use, Location at, Event command, Wait
   if (fast_ready_ != nullptr) wait(fast_ready_);
   if (!writes(use.access)) {
     add_reader(s, command);
+    // A whole read with nothing to wait for there but the last writer: the
+    // steady state's (a write's steady state stays as it is).
+    if (at != steady_at_ && fast_ready_ == nullptr && use.size == size_) [[unlikely]] {
+      steady_at_ = at;
+      steady_writes_left_ = 0;
+    }
     return;
   }
   for (Event r : s.readers) wait(r);
   write_span(s, fast_span_->first, use.size, next_version_++, at, command, fast_narrow_);
   const std::size_t records = undo_.size() - first_undo_;
-  if (use.size == size_ && records < fast_trim_at_) {
+  if (use.size == size_) {
     steady_at_ = at;
-    steady_writes_left_ = fast_trim_at_ - records;
+    steady_writes_left_ = records < fast_trim_at_ ? fast_trim_at_ - records : 0;
   } else {
     steady_at_ = kNotSteady;
   }
+}
+
+// add_reader() of the command to the whole buffer's span in the steady
+// state (steady_at_), which it keeps; fast_prepare() made the room. The
+// command is new to the list (a command the list named already would only
+// be there twice, each entry with its own reference).
+template <class Wait>
+void RangeVersions::steady_read(Event command, Wait& wait) {
+  Span& s = spans_.begin()->second;
+  if (s.last_writer != nullptr) wait(s.last_writer);
+  ops_.hold(command);
+  s.readers.push_back_reserved(command);
+  prune_if_due(s);
 }
 
 // write_span() of the whole buffer in the steady state (steady_at_), which
@@ -630,7 +669,7 @@ void RangeVersions::steady_write(Event command, Wait& wait) {
   s.holders.begin()->ready = command;
   s.version = next_version_++;
   s.last_writer = command;
-  if (--steady_writes_left_ == 0) leave_steady();  // the records reach fast_trim_at_: fast_prepare() looks at them
+  --steady_writes_left_;  // at 0 the records reach fast_trim_at_: the next write looks at them (fast_prepare())
 }
 
 // Each reader comes once: a commit adds its command to a span once (the
@@ -643,9 +682,7 @@ inline void RangeVersions::add_reader(Span& s, Event e) {
   if (e == nullptr || (!s.readers.empty() && s.readers.back() == e)) return;
   ops_.hold(e);
   s.readers.push_back(e);
-  const std::uint32_t n = s.readers.size();
-  if (n == kPruneThreshold + 1 || (n > kPruneThreshold && (n & (n - 1)) == 0)) [[unlikely]]
-    prune(s);
+  prune_if_due(s);
 }
 
 // The command's bytes [offset, offset + size) are the new version, held only

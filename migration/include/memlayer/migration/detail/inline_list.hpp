@@ -59,6 +59,8 @@ class InlineList {
     if (size_ == capacity_) grow();
     begin()[size_++] = v;
   }
+  /// push_back() where reserve() made the room. O(1), allocates nothing.
+  void push_back_reserved(const T& v) noexcept { begin()[size_++] = v; }
   /// Room for `n` elements, so that adding up to there allocates nothing.
   /// Throws std::bad_alloc. O(size) when it grows.
   void reserve(std::uint32_t n) {
@@ -80,14 +82,22 @@ class InlineList {
     std::memmove(d + i, d + i + 1, (size_ - i - 1) * sizeof(T));
     --size_;
   }
-  /// Removes every element `pred` is true of, keeping the order. O(size).
+  /// Removes the elements `pred` is true of among the first `n` (every
+  /// element by default), then the next ones while `pred` is true of them:
+  /// it looks no further than the first element past `n` that stays.
+  /// Keeps the order. O(elements looked at + elements after them), those
+  /// after in one memmove.
   template <class Pred>
-  void erase_if(Pred&& pred) {
+  void erase_if(Pred&& pred, std::uint32_t n = ~std::uint32_t{0}) {
     T* d = begin();
+    const std::uint32_t all = std::min(n, size_);
     std::uint32_t kept = 0;
-    for (std::uint32_t i = 0; i < size_; ++i)
+    std::uint32_t i = 0;
+    for (; i < all; ++i)
       if (!pred(d[i])) d[kept++] = d[i];
-    size_ = kept;
+    while (i < size_ && pred(d[i])) ++i;
+    if (kept != i) std::memmove(d + kept, d + i, (size_ - i) * sizeof(T));
+    size_ = kept + (size_ - i);
   }
   /// Keeps the storage (a heap array stays for the next elements).
   void clear() noexcept { size_ = 0; }
