@@ -285,8 +285,13 @@ void RangeVersions::reserve_wide(std::size_t n) {
   if (wide_free_.size() >= n) return;
   const std::size_t more = n - wide_free_.size();
   if (wide_.size() + more >= kNarrow) throw std::bad_alloc();
-  wide_.reserve(wide_.size() + more);
-  wide_free_.reserve(wide_.size() + more);  // every index: free_wide() never allocates
+  // Grown geometrically (detail::grow_for): a place more per write, reserved
+  // exactly, would move every pooled span at each write while writers are
+  // queued.
+  detail::reserve_more(wide_, more);
+  // Room for every index, so that free_wide() never allocates.
+  if (const std::size_t all = wide_.size() + more; wide_free_.capacity() < all)
+    detail::grow_for(wide_free_, all - wide_free_.size());
   for (std::size_t i = 0; i < more; ++i) {
     wide_free_.push_back(static_cast<std::uint32_t>(wide_.size()));
     wide_.emplace_back();

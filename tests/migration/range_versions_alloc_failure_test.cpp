@@ -208,3 +208,36 @@ TEST(RestoreOutOfMemory, NewerRecordsOverAFailedWritersBytesAreCutWholeOrNotAtAl
                }};
   EXPECT_GT(plan_through_failures(c, false), 0);
 }
+
+// Writes over a span that has a reader move the span whole into the pool of
+// wide undo records (range_versions.hpp: Undo). With their writers queued
+// (none finishes), each such write needs a place more in the pool: the
+// pool grows geometrically, so a queue of them allocates a few times, not
+// once or twice per write (which also moved every pooled span each time:
+// a cost per enqueue that grew with the writers queued).
+TEST(RecordRoom, QueuedWideRecordsAllocateAFewTimesNotOncePerWrite) {
+  Buffer b;
+  RangeVersions& v = b.make(4096);
+  const Use read{0, 4096, Access::read};
+  const Use write{0, 4096, Access::read_write};
+  int next = 1;
+  auto fast = [&](const Use& u) {
+    if (!v.fast_prepare(u, kHost)) return false;
+    v.fast_commit(u, kHost, ev(next++), [](Event) {});
+    return true;
+  };
+  auto rounds = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(fast(read)) << "read " << i;
+      ASSERT_TRUE(fast(write)) << "write " << i;
+    }
+  };
+  ASSERT_TRUE(fast(write));
+  rounds(100);
+  constexpr long kArmed = 1L << 40;
+  memlayer::testing::fail_allocation(kArmed);
+  rounds(800);
+  const long made = kArmed - memlayer::testing::stop_counting();
+  EXPECT_EQ(v.wide_records(), 900u);
+  EXPECT_LT(made, 40) << "allocations for 800 wide records more";
+}
