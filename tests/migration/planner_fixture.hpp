@@ -66,6 +66,18 @@ class Planner {
     return p;
   }
   void set(Event e, EventStatus s) { events_.status[e] = s; }
+  // The fast path's two steps (fast_prepare(), then fast_commit()) for
+  // `use` by `command` at `at`, the waits it reports in `waits` (cleared
+  // first) if given; false, with nothing recorded, when fast_prepare()
+  // declines.
+  bool fast(const Use& use, Location at, Event command, std::vector<Event>* waits = nullptr) {
+    if (waits != nullptr) waits->clear();
+    if (!buffer_->fast_prepare(use, at)) return false;
+    buffer_->fast_commit(use, at, command, [&](Event e) {
+      if (waits != nullptr) waits->push_back(e);
+    });
+    return true;
+  }
 
   static bool waits_for(const std::vector<Event>& list, Event e) {
     return std::find(list.begin(), list.end(), e) != list.end();

@@ -221,11 +221,7 @@ TEST(RecordRoom, QueuedWideRecordsAllocateAFewTimesNotOncePerWrite) {
   const Use read{0, 4096, Access::read};
   const Use write{0, 4096, Access::read_write};
   int next = 1;
-  auto fast = [&](const Use& u) {
-    if (!v.fast_prepare(u, kHost)) return false;
-    v.fast_commit(u, kHost, ev(next++), [](Event) {});
-    return true;
-  };
+  auto fast = [&](const Use& u) { return b.fast(u, kHost, ev(next++)); };
   auto rounds = [&](int n) {
     for (int i = 0; i < n; ++i) {
       ASSERT_TRUE(fast(read)) << "read " << i;

@@ -10,14 +10,8 @@ namespace {
 
 class RangeVersionsFastTest : public memlayer::migration::testing::PlannerTest {
  protected:
-  // fast_prepare() then fast_commit() of `use` by `command` at `at`, its
-  // waits in waits_; false (nothing recorded) when fast_prepare() declines.
-  bool fast(const Use& use, Location at, Event command) {
-    waits_.clear();
-    if (!buffer_->fast_prepare(use, at)) return false;
-    buffer_->fast_commit(use, at, command, [&](Event e) { waits_.push_back(e); });
-    return true;
-  }
+  // Planner::fast(), its waits in waits_.
+  bool fast(const Use& use, Location at, Event command) { return Planner::fast(use, at, command, &waits_); }
 
   // A buffer of 4096 bytes valid on the host, read on device 1 (the copy
   // there is ev(1000)), then read there by fast reads ev(2) .. ev(last),

@@ -242,12 +242,7 @@ TEST_F(RangeVersionsTest, TheFastPathsSteadyStateEndsWithAnEviction) {
   run({{0, 4096, Access::overwrite}}, 1, ev(1));  // valid at 1 only
   const Use whole{0, 4096, Access::read_write};
   std::vector<Event> waits;
-  auto fast = [&](Event command) {
-    waits.clear();
-    if (!buffer_->fast_prepare(whole, 1)) return false;
-    buffer_->fast_commit(whole, 1, command, [&](Event e) { waits.push_back(e); });
-    return true;
-  };
+  auto fast = [&](Event command) { return Planner::fast(whole, 1, command, &waits); };
   ASSERT_TRUE(fast(ev(2)));
   EXPECT_TRUE(waits_for(waits, ev(1)));
   ASSERT_TRUE(fast(ev(3))) << "the steady state";
